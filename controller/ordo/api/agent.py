@@ -1,0 +1,121 @@
+"""Agent: a model, a prompt, the tools it may call, its roles, memory and limits."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from .base import CelRule, Duration, JsonObject, Name, OrdoModel, Resource, StatusBase
+
+MemoryOperation = Literal["read", "write", "search", "list", "ingest"]
+MEMORY_OPERATIONS: tuple[MemoryOperation, ...] = ("read", "write", "search", "list", "ingest")
+
+NameList = Annotated[
+    list[Name], Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"})
+]
+
+
+class AgentMemory(OrdoModel):
+    """The Memory the agent uses, and which built-in memory tools it is offered."""
+
+    ref: Name | None = None
+    """Name of a Memory in the same namespace."""
+    allow: (
+        Annotated[
+            list[MemoryOperation],
+            Field(max_length=5, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        ]
+        | None
+    ) = None
+    """Operations offered as built-in tools (`memory_read`, ...). Unset: all five."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="!has(self.allow) || has(self.ref)",
+            message="memory.allow needs memory.ref: name the Memory the operations apply to",
+            check=lambda m: m.allow is None or m.ref is not None,
+        ),
+    )
+
+
+class AgentLimits(OrdoModel):
+    """Bounds of one run of this agent."""
+
+    max_steps: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Most model calls in one run; reaching it fails the Task with `MaxStepsExceeded`."""
+    timeout: Duration = "5m"
+    """Deadline for the whole run; reaching it fails the Task with `Timeout`."""
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Token budget (input + output) of one run; exceeding it fails with `TokenBudgetExceeded`."""
+
+
+class Skill(OrdoModel):
+    """A named narrowing of the agent: extra instructions and a subset of its tools."""
+
+    name: Annotated[
+        str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    ]
+    """Skill name, chosen by a Task's `skill` field."""
+    instructions: Annotated[str, Field(max_length=65536)] | None = None
+    """Appended to the system prompt when the skill is chosen."""
+    tools: NameList | None = None
+    """Tools available under this skill; must be a subset of the Agent's `tools`. Unset: all."""
+
+
+class AgentSpec(OrdoModel):
+    """Desired state of an Agent."""
+
+    model_ref: Name
+    """Name of the ModelEndpoint this agent calls."""
+    prompt: Annotated[str, Field(max_length=262144)] | None = None
+    """System prompt."""
+    tools: NameList | None = None
+    """Names of Tools the agent may call (subject to roles, permissions and policies)."""
+    roles: NameList | None = None
+    """Names of AgentRoles whose permissions the agent holds."""
+    memory: AgentMemory | None = None
+    """Memory wiring."""
+    limits: Annotated[AgentLimits, Field(json_schema_extra={"default": {}})] = Field(
+        default_factory=AgentLimits
+    )
+    """Run bounds; a Task may narrow them, never widen them."""
+    skills: (
+        Annotated[
+            list[Skill],
+            Field(
+                max_length=64,
+                json_schema_extra={
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                },
+            ),
+        ]
+        | None
+    ) = None
+    """Named skills a Task can select."""
+    output_schema: JsonObject | None = None
+    """JSON Schema the final answer must satisfy (a Task's own `outputSchema` wins)."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="!has(self.skills) || self.skills.all(s, !has(s.tools) || "
+            "s.tools.all(t, has(self.tools) && t in self.tools))",
+            message="every skill tool must also be listed in spec.tools",
+            check=lambda s: all(
+                t in (s.tools or []) for sk in (s.skills or []) for t in (sk.tools or [])
+            ),
+        ),
+    )
+
+
+class AgentStatus(StatusBase):
+    """Observed state of an Agent: `Ready` says whether every reference resolves."""
+
+
+class Agent(Resource):
+    """An LLM agent: model, prompt, tools, roles, memory and limits."""
+
+    kind: Literal["Agent"] = "Agent"
+    spec: AgentSpec
+    status: AgentStatus | None = None

@@ -1,0 +1,80 @@
+"""AgentPolicy: namespace-level guard rails over the Agents it selects."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import Name, OrdoModel, Resource, StatusBase
+
+OnToolDenied = Literal["Fail", "ReturnError"]
+SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+
+
+class LabelSelectorRequirement(OrdoModel):
+    """One requirement of a label selector."""
+
+    key: Annotated[str, Field(min_length=1, max_length=317)]
+    operator: SelectorOperator
+    values: Annotated[list[str], Field(max_length=64)] | None = None
+
+
+class LabelSelector(OrdoModel):
+    """A metav1.LabelSelector; an empty selector selects every Agent in the namespace."""
+
+    match_labels: dict[str, str] | None = None
+    match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=32)] | None = None
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        for key, value in (self.match_labels or {}).items():
+            if labels.get(key) != value:
+                return False
+        for req in self.match_expressions or []:
+            present = req.key in labels
+            values = req.values or []
+            if req.operator == "In" and (not present or labels[req.key] not in values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+class AgentPolicySpec(OrdoModel):
+    """Desired state of an AgentPolicy."""
+
+    agent_selector: LabelSelector | None = None
+    """Agents this policy applies to; unset or empty selects every Agent in the namespace."""
+    allowed_models: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=256)]],
+            Field(max_length=128, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        ]
+        | None
+    ) = None
+    """If set, the Agent's ModelEndpoint `model` (or the endpoint's name) must be listed."""
+    blocked_tools: (
+        Annotated[
+            list[Name], Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"})
+        ]
+        | None
+    ) = None
+    """Tools removed from every selected Agent; a call to one is denied."""
+    max_tokens_per_task: Annotated[int, Field(ge=1)] | None = None
+    """Token budget of one Task; the smallest of all policies and the Agent's `maxTokens` applies."""
+    max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """Caps the Agent's `maxSteps`."""
+    on_tool_denied: OnToolDenied = "Fail"
+    """`Fail` ends the Task with `ToolDenied`; `ReturnError` tells the model and continues."""
+
+
+class AgentPolicy(Resource):
+    """Guard rails over the Agents it selects."""
+
+    kind: Literal["AgentPolicy"] = "AgentPolicy"
+    spec: AgentPolicySpec
+    status: StatusBase | None = None

@@ -1,0 +1,185 @@
+"""Task: one run of an Agent, and its status contract (DESIGN §5)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from .base import CelRule, Condition, Duration, JsonObject, JsonValue, Name, OrdoModel, Resource
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
+TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+Reason = Literal[
+    "Succeeded",
+    "AgentNotFound",
+    "ModelEndpointNotFound",
+    "ToolNotFound",
+    "SecretNotFound",
+    "MemoryNotFound",
+    "InvalidSpec",
+    "ModelNotAllowed",
+    "ToolDenied",
+    "MaxStepsExceeded",
+    "Timeout",
+    "TokenBudgetExceeded",
+    "InvalidOutput",
+    "ModelError",
+    "ModelUnavailable",
+    "ToolError",
+    "Interrupted",
+    "Cancelled",
+    "DuplicateExecution",
+]
+REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
+
+ToolDecision = Literal["allowed", "denied"]
+ToolOutcome = Literal["succeeded", "error", "skipped", "interrupted"]
+
+MAX_OUTPUT_CHARS = 32768
+MAX_TOOL_CALL_RECORDS = 100
+
+
+class TaskLimits(OrdoModel):
+    """Limits that may only narrow the Agent's (the smaller value wins)."""
+
+    max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """Most model calls."""
+    timeout: Duration | None = None
+    """Deadline of the run."""
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Token budget."""
+
+
+class TaskSpec(OrdoModel):
+    """Desired state of a Task. Immutable after creation, except `cancel`."""
+
+    agent_ref: Name
+    """The Agent to run."""
+    input: JsonValue | None = None
+    """The user input: a string or a JSON object."""
+    instructions: Annotated[str, Field(max_length=65536)] | None = None
+    """Extra instructions appended to the user message."""
+    skill: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    """A skill of the Agent to narrow the run to."""
+    output_schema: JsonObject | None = None
+    """JSON Schema of the answer; overrides the Agent's."""
+    limits: TaskLimits | None = None
+    """Narrower limits for this run."""
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """A second Task in the namespace with the same key fails with `DuplicateExecution`."""
+    cancel: bool = False
+    """Set to true to stop the run at the next step boundary (phase `Cancelled`)."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = ()
+
+
+IMMUTABLE_TASK_FIELDS = (
+    "agentRef",
+    "input",
+    "instructions",
+    "skill",
+    "outputSchema",
+    "limits",
+    "idempotencyKey",
+)
+
+
+def _immutable_rule() -> str:
+    parts = ["self.agentRef == oldSelf.agentRef"]
+    for f in IMMUTABLE_TASK_FIELDS[1:]:
+        parts.append(f"(has(self.{f}) == has(oldSelf.{f}))")
+        parts.append(f"(!has(self.{f}) || self.{f} == oldSelf.{f})")
+    return " && ".join(parts)
+
+
+TASK_SPEC_IMMUTABLE = CelRule(
+    rule=_immutable_rule(),
+    message="Task spec is immutable after creation, except spec.cancel",
+    check=None,
+)
+
+
+class Usage(OrdoModel):
+    """Tokens used by the run, summed over model calls."""
+
+    input_tokens: Annotated[int, Field(ge=0)] = 0
+    output_tokens: Annotated[int, Field(ge=0)] = 0
+    total_tokens: Annotated[int, Field(ge=0)] = 0
+
+
+class ToolCallRecord(OrdoModel):
+    """One governance decision (never arguments or results)."""
+
+    step: Annotated[int, Field(ge=1)]
+    """Step (model call) that requested the tool."""
+    tool: Annotated[str, Field(max_length=128)]
+    """The name the model used."""
+    decision: ToolDecision
+    """`allowed` or `denied`."""
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    """Why, e.g. `NotOffered`, `BlockedByPolicy: strict`, `MissingPermission: tool:x:invoke`."""
+    outcome: ToolOutcome | None = None
+    """What happened after the decision."""
+    call_id: Annotated[str, Field(max_length=256)] | None = None
+    """The provider's call id."""
+
+
+class TaskStatus(OrdoModel):
+    """Observed state of a Task (the status contract)."""
+
+    phase: Phase | None = None
+    """Pending, Running, Succeeded, Failed or Cancelled."""
+    reason: Reason | None = None
+    """Stable CamelCase reason of the terminal phase (see docs/reasons.md)."""
+    message: Annotated[str, Field(max_length=4096)] | None = None
+    """Sanitised explanation; never secrets, prompts, tool arguments or results."""
+    conditions: list[Condition] | None = None
+    """`Ready` (resolved), `Running`, `Succeeded`."""
+    execution_id: Annotated[str, Field(max_length=64)] | None = None
+    """Id of the execution that claimed the Task."""
+    agent_generation: Annotated[int, Field(ge=0)] | None = None
+    """The Agent's metadata.generation at resolution."""
+    snapshot_hash: Annotated[str, Field(max_length=128)] | None = None
+    """Content hash of the resolved objects the run uses."""
+    started_at: str | None = None
+    """When the Task was claimed (RFC 3339)."""
+    completed_at: str | None = None
+    """When the Task became terminal (RFC 3339)."""
+    step: Annotated[int, Field(ge=0)] | None = None
+    """Model calls completed."""
+    output: Annotated[str, Field(max_length=MAX_OUTPUT_CHARS + 64)] | None = None
+    """The final (or, on MaxStepsExceeded, the last partial) answer, capped."""
+    output_truncated: bool | None = None
+    """True when `output` was cut to the cap."""
+    structured_output: JsonObject | None = None
+    """The answer parsed as JSON when an output schema applies."""
+    usage: Usage | None = None
+    """Token usage."""
+    tool_calls: Annotated[list[ToolCallRecord], Field(max_length=MAX_TOOL_CALL_RECORDS)] | None = (
+        None
+    )
+    """Governance decisions, oldest first, capped."""
+    tool_calls_truncated: bool | None = None
+    """True when older records were dropped from `toolCalls`."""
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    """The .metadata.generation this status describes."""
+
+
+class Task(Resource):
+    """One agent run."""
+
+    kind: Literal["Task"] = "Task"
+    spec: TaskSpec
+    status: TaskStatus | None = None
+
+    def input_text(self) -> str:
+        value: Any = self.spec.input
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            return value
+        import json
+
+        return json.dumps(value, sort_keys=True)

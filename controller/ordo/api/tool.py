@@ -1,0 +1,130 @@
+"""Tool: an HTTP endpoint or an MCP server tool the model may call."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from .base import CelRule, Duration, JsonObject, OrdoModel, Resource, SecretKeyRef, StatusBase
+
+ToolType = Literal["http", "mcp"]
+RiskLevel = Literal["low", "medium", "high", "critical"]
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+HeaderMap = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field(max_length=64)]
+Url = Annotated[str, Field(pattern=r"^https?://", min_length=8, max_length=2048)]
+
+
+class HttpTool(OrdoModel):
+    """How to call an HTTP tool: the model's arguments are sent as the JSON body (query string
+    for GET and DELETE)."""
+
+    url: Url
+    """Endpoint URL."""
+    method: HttpMethod = "POST"
+    """HTTP method."""
+    headers: HeaderMap | None = None
+    """Extra request headers (no secrets here: use secretRef)."""
+    secret_ref: SecretKeyRef | None = None
+    """Secret key whose value is sent in the auth header."""
+    auth_header: Annotated[str, Field(min_length=1, max_length=256)] = "Authorization"
+    """Header that carries the secret."""
+    auth_scheme: Annotated[str, Field(max_length=64)] = "Bearer"
+    """Prefix of the header value (`Bearer <secret>`); empty sends the secret alone."""
+    allow_private_network: bool = False
+    """Allow link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10), refused by default."""
+
+
+class McpTool(OrdoModel):
+    """How to call a tool on an MCP server over streamable HTTP."""
+
+    url: Url
+    """The MCP server endpoint (streamable HTTP), e.g. http://mcp.tools.svc:8080/mcp."""
+    tool_name: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """The tool's name on the server; defaults to this Tool's name."""
+    headers: HeaderMap | None = None
+    """Extra request headers."""
+    secret_ref: SecretKeyRef | None = None
+    """Secret key sent as `Authorization: Bearer <value>`."""
+
+
+class ToolSpec(OrdoModel):
+    """Desired state of a Tool."""
+
+    type: ToolType
+    """`http` or `mcp`."""
+    description: Annotated[str, Field(max_length=4096)] | None = None
+    """What the tool does; shown to the model."""
+    input_schema: JsonObject | None = None
+    """JSON Schema of the arguments (an object schema). mcp: taken from the server when unset."""
+    http: HttpTool | None = None
+    """Settings for `type: http`."""
+    mcp: McpTool | None = None
+    """Settings for `type: mcp`."""
+    timeout: Duration = "30s"
+    """Deadline of one call."""
+    risk_level: RiskLevel = "low"
+    """Informational risk class, recorded with each decision."""
+    idempotent: bool = False
+    """Safe to repeat: after an operator restart a call that may have started is re-run only when true."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="self.type != 'http' || has(self.http)",
+            message="an http Tool needs spec.http.url",
+            check=lambda s: s.type != "http" or s.http is not None,
+        ),
+        CelRule(
+            rule="self.type != 'mcp' || has(self.mcp)",
+            message="an mcp Tool needs spec.mcp.url",
+            check=lambda s: s.type != "mcp" or s.mcp is not None,
+        ),
+        CelRule(
+            rule="!(has(self.http) && has(self.mcp))",
+            message="set spec.http or spec.mcp, not both",
+            check=lambda s: not (s.http is not None and s.mcp is not None),
+        ),
+        CelRule(
+            rule="!has(self.inputSchema) || !has(self.inputSchema.type) || self.inputSchema.type == 'object'",
+            message="spec.inputSchema must be an object schema (type: object)",
+            check=lambda s: (
+                s.input_schema is None or s.input_schema.get("type", "object") == "object"
+            ),
+        ),
+    )
+
+
+class ToolStatus(StatusBase):
+    """Observed state: for mcp, `Ready` says whether the server lists the tool."""
+
+
+def model_tool_name(object_name: str) -> str:
+    """The function name the model sees for a Tool: the object name with `.` mapped to `_`
+    (providers accept `[a-zA-Z0-9_-]{1,64}`). Raises ValueError when it cannot fit."""
+    candidate = object_name.replace(".", "_")
+    if not MODEL_TOOL_NAME.match(candidate):
+        raise ValueError(
+            f"Tool name {object_name!r} cannot be a model function name: "
+            "use at most 64 characters of [a-z0-9-.]"
+        )
+    return candidate
+
+
+class Tool(Resource):
+    """A callable tool."""
+
+    kind: Literal["Tool"] = "Tool"
+    spec: ToolSpec
+    status: ToolStatus | None = None
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="size(self.metadata.name) <= 64",
+            message="Tool names are at most 64 characters (the model sees the name as a function name)",
+            check=lambda t: len(t.metadata.name or "") <= 64,
+            field_path="metadata.name",
+        ),
+    )
