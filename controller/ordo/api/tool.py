@@ -7,9 +7,18 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import CelRule, Duration, JsonObject, OrdoModel, Resource, SecretKeyRef, StatusBase
+from .base import (
+    CelRule,
+    Duration,
+    JsonObject,
+    JsonValue,
+    OrdoModel,
+    Resource,
+    SecretKeyRef,
+    StatusBase,
+)
 
-ToolType = Literal["http", "mcp"]
+ToolType = Literal["http", "mcp", "mock"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -51,11 +60,20 @@ class McpTool(OrdoModel):
     """Secret key sent as `Authorization: Bearer <value>`."""
 
 
+class MockToolResult(OrdoModel):
+    """A canned result, for offline examples and tests (no network call)."""
+
+    result: JsonValue | None = None
+    """What every call returns (a string or a JSON object). Unset: the arguments, echoed."""
+    error: Annotated[str, Field(max_length=4096)] | None = None
+    """If set, every call fails with this error (a `ToolError` result the model sees)."""
+
+
 class ToolSpec(OrdoModel):
     """Desired state of a Tool."""
 
     type: ToolType
-    """`http` or `mcp`."""
+    """`http`, `mcp`, or `mock` (a canned result, no network: for offline examples and tests)."""
     description: Annotated[str, Field(max_length=4096)] | None = None
     """What the tool does; shown to the model."""
     input_schema: JsonObject | None = None
@@ -64,6 +82,8 @@ class ToolSpec(OrdoModel):
     """Settings for `type: http`."""
     mcp: McpTool | None = None
     """Settings for `type: mcp`."""
+    mock: MockToolResult | None = None
+    """Settings for `type: mock`."""
     timeout: Duration = "30s"
     """Deadline of one call."""
     risk_level: RiskLevel = "low"
@@ -83,9 +103,19 @@ class ToolSpec(OrdoModel):
             check=lambda s: s.type != "mcp" or s.mcp is not None,
         ),
         CelRule(
-            rule="!(has(self.http) && has(self.mcp))",
-            message="set spec.http or spec.mcp, not both",
-            check=lambda s: not (s.http is not None and s.mcp is not None),
+            rule="[has(self.http), has(self.mcp), has(self.mock)].filter(x, x).size() <= 1",
+            message="set only one of spec.http, spec.mcp and spec.mock",
+            check=lambda s: sum(x is not None for x in (s.http, s.mcp, s.mock)) <= 1,
+        ),
+        CelRule(
+            rule="(self.type == 'http') == has(self.http) || !has(self.http)",
+            message="spec.http is only valid with type http",
+            check=lambda s: s.http is None or s.type == "http",
+        ),
+        CelRule(
+            rule="(self.type == 'mcp') == has(self.mcp) || !has(self.mcp)",
+            message="spec.mcp is only valid with type mcp",
+            check=lambda s: s.mcp is None or s.type == "mcp",
         ),
         CelRule(
             rule="!has(self.inputSchema) || !has(self.inputSchema.type) || self.inputSchema.type == 'object'",

@@ -1,0 +1,258 @@
+"""Read manifests from files, folders and stdin, and check them against the models.
+
+Shared by `ordo validate` and `ordo run`. Every problem is reported with the file, the
+document index, kind/name and the field path, and says what is expected.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from . import API_VERSION, KINDS, Resource
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document and where it came from."""
+
+    source: str
+    index: int
+    body: Any
+
+    @property
+    def kind(self) -> str:
+        return str(self.body.get("kind", "")) if isinstance(self.body, dict) else ""
+
+    @property
+    def name(self) -> str:
+        meta = self.body.get("metadata") if isinstance(self.body, dict) else None
+        return str(meta.get("name", "")) if isinstance(meta, dict) else ""
+
+    @property
+    def where(self) -> str:
+        label = f"{self.kind or '?'}/{self.name or '?'}"
+        return f"{self.source}[{self.index}] {label}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An error or warning about one document."""
+
+    document: Document | None
+    field: str
+    message: str
+    severity: str = "error"
+
+    @property
+    def text(self) -> str:
+        """`file[doc] Kind/name: field.path: message`."""
+        where = self.document.where if self.document else "-"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.text}"
+
+
+@dataclass
+class ManifestSet:
+    """Parsed ordo objects plus the other documents (Secrets) and every problem found."""
+
+    objects: list[tuple[Document, Resource]] = field(default_factory=list)
+    secrets: list[Document] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+
+def _expand(paths: Iterable[str]) -> Iterator[tuple[str, str]]:
+    for raw in paths:
+        if raw == "-":
+            yield "<stdin>", sys.stdin.read()
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
+            for file in files:
+                yield str(file), file.read_text()
+        elif path.exists():
+            yield str(path), path.read_text()
+        else:
+            raise FileNotFoundError(f"{raw}: no such file or directory")
+
+
+def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]:
+    """Split every file into documents; YAML syntax errors become problems."""
+    docs: list[Document] = []
+    problems: list[Problem] = []
+    for source, text in _expand(paths):
+        try:
+            bodies = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            problems.append(Problem(Document(source, 0, None), "", f"invalid YAML: {exc}"))
+            continue
+        index = 0
+        for body in bodies:
+            if body is None:
+                continue
+            if isinstance(body, dict) and body.get("kind") == "List":
+                for item in body.get("items") or []:
+                    docs.append(Document(source, index, item))
+                    index += 1
+                continue
+            docs.append(Document(source, index, body))
+            index += 1
+    return docs, problems
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def _message(err: Any) -> str:
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling and the API reference in docs/api.md)"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "string_pattern_mismatch":
+        pattern = err.get("ctx", {}).get("pattern", "")
+        if "ms|s|m|h" in pattern:
+            msg = "expected a duration such as '30s', '5m' or '1h30m'"
+        elif pattern.startswith("^[a-z0-9]("):
+            msg = "expected a lowercase DNS-1123 name (a-z, 0-9, '-', '.')"
+        else:
+            msg = f"expected a string matching {pattern}"
+    elif err["type"] == "literal_error":
+        msg = msg.replace("Input should be", "expected")
+    if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
+        shown = repr(err["input"])
+        if len(shown) <= 60:
+            msg += f" (got {shown})"
+    return msg
+
+
+def parse_document(doc: Document) -> tuple[Resource | None, list[Problem]]:
+    """Validate one document against its kind's model."""
+    body = doc.body
+    if not isinstance(body, dict):
+        return None, [Problem(doc, "", "expected a mapping with apiVersion, kind, metadata, spec")]
+    kind = body.get("kind")
+    info = KINDS.get(str(kind))
+    if info is None:
+        known = ", ".join(KINDS)
+        return None, [Problem(doc, "kind", f"unknown kind {kind!r}; expected one of {known}")]
+    if body.get("apiVersion") != API_VERSION:
+        return None, [
+            Problem(doc, "apiVersion", f"expected {API_VERSION!r} (got {body.get('apiVersion')!r})")
+        ]
+    try:
+        return info.model.model_validate(body), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _loc(err["loc"])
+            message = _message(err)
+            # A model-level rule names its own field path in the message ("spec.x: ...").
+            head, sep, rest = message.partition(": ")
+            if sep and head.startswith(("spec.", "metadata.")) and " " not in head:
+                loc, message = head, rest
+            problems.append(Problem(doc, loc, message))
+        return None, problems
+
+
+def is_secret(body: Any) -> bool:
+    return (
+        isinstance(body, dict) and body.get("apiVersion") == "v1" and body.get("kind") == "Secret"
+    )
+
+
+def load(paths: Iterable[str]) -> ManifestSet:
+    """Read and validate manifests; Secrets are kept aside, other foreign kinds are warnings."""
+    docs, problems = read_documents(paths)
+    result = ManifestSet(problems=list(problems))
+    for doc in docs:
+        if is_secret(doc.body):
+            result.secrets.append(doc)
+            continue
+        if isinstance(doc.body, dict) and str(doc.body.get("apiVersion", "")).split("/")[0] not in (
+            "ordo.dev",
+            "",
+        ):
+            result.problems.append(
+                Problem(doc, "", "not an ordo.dev object; skipped", severity="warning")
+            )
+            continue
+        obj, doc_problems = parse_document(doc)
+        result.problems.extend(doc_problems)
+        if obj is not None:
+            result.objects.append((doc, obj))
+    result.problems.extend(check_references(result))
+    return result
+
+
+def check_references(mset: ManifestSet) -> list[Problem]:
+    """Warn about references to objects that are not in the set (they may exist in the cluster)."""
+    present: set[tuple[str, str, str]] = set()
+    for _, obj in mset.objects:
+        present.add((obj.kind, obj.namespace, obj.name))
+
+    problems = []
+    for doc, obj in mset.objects:
+        for field_path, kind, name in references(obj):
+            if (kind, obj.namespace, name) not in present:
+                problems.append(
+                    Problem(
+                        doc,
+                        field_path,
+                        f"{kind} {name!r} is not in the given manifests "
+                        f"(fine if it already exists in namespace {obj.namespace!r})",
+                        severity="warning",
+                    )
+                )
+    return problems
+
+
+def references(obj: Resource) -> list[tuple[str, str, str]]:
+    """(field path, kind, name) of every reference an object makes to another ordo object."""
+    from .agent import Agent
+    from .rbac import ToolPermission
+    from .task import Task
+
+    refs: list[tuple[str, str, str]] = []
+    if isinstance(obj, Agent):
+        refs.append(("spec.modelRef", "ModelEndpoint", obj.spec.model_ref))
+        for i, tool in enumerate(obj.spec.tools or []):
+            refs.append((f"spec.tools[{i}]", "Tool", tool))
+        for i, role in enumerate(obj.spec.roles or []):
+            refs.append((f"spec.roles[{i}]", "AgentRole", role))
+        if obj.spec.memory and obj.spec.memory.ref:
+            refs.append(("spec.memory.ref", "Memory", obj.spec.memory.ref))
+    elif isinstance(obj, Task):
+        refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
+    elif isinstance(obj, ToolPermission):
+        refs.append(("spec.toolRef", "Tool", obj.spec.tool_ref))
+    return refs
