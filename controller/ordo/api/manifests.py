@@ -170,7 +170,8 @@ def parse_document(doc: Document) -> tuple[Resource | None, list[Problem]]:
             Problem(doc, "apiVersion", f"expected {API_VERSION!r} (got {body.get('apiVersion')!r})")
         ]
     try:
-        return info.model.model_validate(body), []
+        # strict: no "5" -> 5 or "yes" -> True coercion; the API server rejects those too.
+        return info.model.model_validate(body, strict=True), []
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
