@@ -6,13 +6,25 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import CelRule, Duration, JsonObject, Name, OrdoModel, Resource, StatusBase
+from .base import (
+    CelRule,
+    Duration,
+    JsonObject,
+    Name,
+    OrdoModel,
+    Resource,
+    StatusBase,
+    UniqueItems,
+    UniqueNames,
+)
 
 MemoryOperation = Literal["read", "write", "search", "list", "ingest"]
 MEMORY_OPERATIONS: tuple[MemoryOperation, ...] = ("read", "write", "search", "list", "ingest")
 
 NameList = Annotated[
-    list[Name], Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"})
+    list[Name],
+    Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    UniqueItems,
 ]
 
 
@@ -25,6 +37,7 @@ class AgentMemory(OrdoModel):
         Annotated[
             list[MemoryOperation],
             Field(max_length=5, json_schema_extra={"x-kubernetes-list-type": "set"}),
+            UniqueItems,
         ]
         | None
     ) = None
@@ -90,6 +103,7 @@ class AgentSpec(OrdoModel):
                     "x-kubernetes-list-map-keys": ["name"],
                 },
             ),
+            UniqueNames,
         ]
         | None
     ) = None

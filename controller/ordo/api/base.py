@@ -8,7 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 GROUP = "ordo.dev"
@@ -118,6 +125,33 @@ def parse_duration(value: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
 
 
+def _unique(items: list[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    for i, item in enumerate(items):
+        if item in seen:
+            raise ValueError(f"duplicate value {item!r} at [{i}]: the list is a set")
+        seen.add(item)
+    return items
+
+
+UniqueItems = AfterValidator(_unique)
+"""Rejects duplicates, as the API server does for `x-kubernetes-list-type: set`."""
+
+
+def _unique_names(items: list[Any]) -> list[Any]:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item.name in seen:
+            raise ValueError(f"duplicate name {item.name!r} at [{i}]: names must be unique")
+        seen.add(item.name)
+    return items
+
+
+UniqueNames = AfterValidator(_unique_names)
+"""Rejects two items with one `name`, as the API server does for
+`x-kubernetes-list-type: map` keyed on `name`."""
+
+
 class SecretKeyRef(OrdoModel):
     """A key in a Secret in the same namespace."""
 
@@ -184,7 +218,7 @@ class StatusBase(OrdoModel):
 class Resource(OrdoModel):
     """Common envelope of every ordo object."""
 
-    api_version: Literal["ordo.dev/v1alpha1"] = API_VERSION
+    api_version: Literal["ordo.dev/v1alpha1"] = "ordo.dev/v1alpha1"
     kind: str
     metadata: ObjectMeta
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Name, OrdoModel, Resource, StatusBase
+from .base import Name, OrdoModel, Resource, StatusBase, UniqueItems
 
 OnToolDenied = Literal["Fail", "ReturnError"]
 SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -53,13 +53,16 @@ class AgentPolicySpec(OrdoModel):
         Annotated[
             list[Annotated[str, Field(min_length=1, max_length=256)]],
             Field(max_length=128, json_schema_extra={"x-kubernetes-list-type": "set"}),
+            UniqueItems,
         ]
         | None
     ) = None
     """If set, the Agent's ModelEndpoint `model` (or the endpoint's name) must be listed."""
     blocked_tools: (
         Annotated[
-            list[Name], Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"})
+            list[Name],
+            Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+            UniqueItems,
         ]
         | None
     ) = None

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Name, OrdoModel, Permission, Resource, StatusBase
+from .base import Name, OrdoModel, Permission, Resource, StatusBase, UniqueItems
 
 MatchMode = Literal["all", "any"]
 
@@ -17,7 +17,9 @@ class AgentRoleSpec(OrdoModel):
     description: Annotated[str, Field(max_length=4096)] | None = None
     """What the role is for."""
     permissions: Annotated[
-        list[Permission], Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"})
+        list[Permission],
+        Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        UniqueItems,
     ]
     """Permissions granted, e.g. `tool:web-search:invoke`."""
 
@@ -38,6 +40,7 @@ class ToolPermissionSpec(OrdoModel):
     required_permissions: Annotated[
         list[Permission],
         Field(min_length=1, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        UniqueItems,
     ]
     """Permissions an Agent's roles must grant to invoke the tool."""
     match_mode: MatchMode = "all"
