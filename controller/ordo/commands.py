@@ -4,9 +4,62 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
 from typing import Any
+
+import yaml
+from rich.console import Console
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .api import Task, manifests
+    from .local import run_tasks, task_document
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        mset = manifests.load(args.filename)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    for problem in mset.problems:
+        if problem.severity == "error" or not args.quiet:
+            err.print(
+                f"[{'red' if problem.severity == 'error' else 'yellow'}]{problem.severity}:[/] ",
+                end="",
+            )
+            err.print(problem.text, markup=False)
+    if mset.errors:
+        err.print("[red]not running: fix the errors above (`ordo validate` shows the same)[/]")
+        return 1
+    if not any(isinstance(obj, Task) for _, obj in mset.objects):
+        err.print("[red]error:[/] no Task in the given manifests: nothing to run")
+        return 1
+    live = None if args.quiet else err
+    results = asyncio.run(run_tasks(mset, console=live))
+    docs = [task_document(task, outcome) for task, outcome in results]
+    if args.output == "json":
+        json.dump(docs if len(docs) > 1 else docs[0], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True, width=100))
+    return 0 if all(o.phase == "Succeeded" for _, o in results) else 1
 
 
 def register(sub: Any) -> None:
     """Add the heavier subcommands to the `ordo` parser."""
-    _ = (sub, argparse)
+    run = sub.add_parser("run", help="run the Tasks in manifests locally (no cluster needed)")
+    run.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="file, folder or '-'",
+    )
+    run.add_argument(
+        "-o", "--output", choices=("yaml", "json"), default="yaml", help="format of the final Tasks"
+    )
+    run.add_argument("--quiet", "-q", action="store_true", help="no live progress, no warnings")
+    run.set_defaults(func=_cmd_run)

@@ -34,7 +34,7 @@ Reason = Literal[
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 
-ToolDecision = Literal["allowed", "denied"]
+ToolDecision = Literal["allowed", "denied", "rejected"]
 ToolOutcome = Literal["succeeded", "error", "skipped", "interrupted"]
 
 MAX_OUTPUT_CHARS = 32768
@@ -117,7 +117,8 @@ class ToolCallRecord(OrdoModel):
     tool: Annotated[str, Field(max_length=128)]
     """The name the model used."""
     decision: ToolDecision
-    """`allowed` or `denied`."""
+    """`allowed`; `denied` by governance; or `rejected` by the loop (duplicate in one response,
+    already called in an earlier step, invalid arguments): a rejected call never runs."""
     reason: Annotated[str, Field(max_length=1024)] | None = None
     """Why, e.g. `NotOffered`, `BlockedByPolicy: strict`, `MissingPermission: tool:x:invoke`."""
     outcome: ToolOutcome | None = None

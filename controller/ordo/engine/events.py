@@ -1,0 +1,81 @@
+"""The one event stream out of the engine.
+
+Status writers, metrics, logs and `ordo run`'s live view are listeners; none of them steers
+the run. Events carry names, counts and decisions, never prompts, arguments or results; the
+Checkpoint event carries the run state so that a listener can persist it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from .transcript import Usage
+
+if TYPE_CHECKING:
+    from .state import RunResult, RunState, ToolCallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    resumed_from_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponded:
+    step: int
+    usage: Usage
+    tool_calls: int
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDecided:
+    record: ToolCallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    step: int
+    tool: str
+    outcome: str
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished:
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Persist `state` before continuing: emitted before a non-idempotent tool starts and at
+    the end of every step. A listener that stores it makes restart-resume possible."""
+
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    result: RunResult
+
+
+Event = (
+    RunStarted
+    | StepStarted
+    | ModelResponded
+    | ToolDecided
+    | ToolFinished
+    | StepFinished
+    | Checkpoint
+    | RunFinished
+)
+
+
+class Listener(Protocol):
+    async def __call__(self, event: Event) -> None: ...

@@ -1,0 +1,376 @@
+"""The agent step loop (DESIGN §3, steps 4-6).
+
+`run_agent` is the one readable function for the loop; the decisions it makes per tool call
+are factored into `_screen_call` and the Governance object, both unit-tested.
+
+One step is one model call plus the tool calls it requested:
+1. stop if cancelled or `max_steps` model calls were made;
+2. call the model with the history and the tools still on offer;
+3. stop on a text answer (validated against the output schema), or on the token budget;
+4. for each tool call: screen (duplicate, governance, already used, arguments), then execute;
+   every call gets exactly one result in the history;
+5. checkpoint, and go again.
+The whole run is bounded by `timeout`, which cancels an in-flight model or tool call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from . import output as output_mod
+from .events import (
+    Checkpoint,
+    Event,
+    Listener,
+    ModelResponded,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    ToolDecided,
+    ToolFinished,
+)
+from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
+from .state import RunConfig, RunResult, RunState, ToolCallRecord
+from .tooling import ToolBinding, ToolFailure
+from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
+
+
+class Interrupted(Exception):
+    """The run cannot resume safely (a non-idempotent tool call may have run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """The verdict on one tool call before anything executes."""
+
+    record: ToolCallRecord
+    result: ToolResult | None
+    """Set when the call must not execute: the error result the model gets instead."""
+    binding: ToolBinding | None = None
+
+
+def initial_state(config: RunConfig) -> RunState:
+    return RunState(items=[SystemMessage(config.system_prompt), UserMessage(config.user_message)])
+
+
+async def run_agent(
+    config: RunConfig,
+    model: ModelClient,
+    tools: Sequence[ToolBinding],
+    *,
+    listeners: Iterable[Listener] = (),
+    state: RunState | None = None,
+    cancel: asyncio.Event | None = None,
+) -> RunResult:
+    """Run (or resume, given `state`) one agent to a terminal result. Never raises for
+    anything the model or a tool does; cancellation of the calling task propagates."""
+    sinks = tuple(listeners)
+    state = state if state is not None else initial_state(config)
+    deadline = time.monotonic() + config.timeout if config.timeout else None
+
+    async def emit(event: Event) -> None:
+        for sink in sinks:
+            await sink(event)
+
+    async def finish(
+        phase: str, reason: str, message: str, structured: dict[str, Any] | None = None
+    ) -> RunResult:
+        text = state.items[-1].text if isinstance(state.items[-1], AssistantMessage) else ""
+        out = text if phase == "Succeeded" else _last_text(state)
+        result = RunResult(phase, reason, message, out, structured, state)  # type: ignore[arg-type]
+        await emit(RunFinished(result))
+        return result
+
+    await emit(RunStarted(resumed_from_step=state.step))
+    try:
+        async with asyncio.timeout_at(_loop_deadline(deadline)):
+            denied = await _complete_pending_calls(config, state, tools, emit)
+            if denied is not None:
+                _fill_unanswered(state)
+                return await finish(
+                    "Failed", "ToolDenied", f"tool {denied.tool!r} denied: {denied.reason}"
+                )
+            while True:
+                if cancel is not None and cancel.is_set():
+                    return await finish(
+                        "Cancelled", "Cancelled", f"cancelled after {state.step} step(s)"
+                    )
+                if state.step >= config.max_steps:
+                    return await finish(
+                        "Failed",
+                        "MaxStepsExceeded",
+                        f"no final answer after {config.max_steps} model call(s) (maxSteps)",
+                    )
+                state.step += 1
+                step = state.step
+                await emit(StepStarted(step))
+                offered = [t for t in tools if t.builtin or t.name not in state.used_tools]
+                started = time.monotonic()
+                response = await model.complete(
+                    ModelRequest(
+                        items=state.items,
+                        tools=tuple(
+                            ToolDefinition(t.name, t.description, t.parameters) for t in offered
+                        ),
+                        output_schema=config.output_schema,
+                        deadline=_loop_deadline(deadline),
+                    )
+                )
+                state.usage = state.usage + response.usage
+                state.items.append(AssistantMessage(response.text, response.tool_calls))
+                await emit(
+                    ModelResponded(
+                        step, response.usage, len(response.tool_calls), time.monotonic() - started
+                    )
+                )
+
+                if (
+                    config.token_budget is not None
+                    and state.usage.total_tokens > config.token_budget
+                ):
+                    return await finish(
+                        "Failed",
+                        "TokenBudgetExceeded",
+                        f"used {state.usage.total_tokens} tokens, budget {config.token_budget}",
+                    )
+                if not response.tool_calls:
+                    return await _final_answer(config, response.text, finish)
+
+                denied = await _run_calls(response.tool_calls, config, tools, state, emit)
+                if denied is not None:
+                    _fill_unanswered(state)
+                    return await finish(
+                        "Failed",
+                        "ToolDenied",
+                        f"tool {denied.tool!r} denied at step {step}: {denied.reason}",
+                    )
+                await emit(Checkpoint(state))
+                await emit(StepFinished(state))
+    except TimeoutError:
+        _fill_unanswered(state)
+        return await finish(
+            "Failed", "Timeout", f"the run did not finish within {config.timeout:g}s (timeout)"
+        )
+    except ModelCallError as exc:
+        return await finish("Failed", exc.reason, str(exc))
+    except Interrupted as exc:
+        return await finish("Failed", "Interrupted", str(exc))
+
+
+def _loop_deadline(deadline: float | None) -> float | None:
+    """Convert a time.monotonic() deadline to the event loop's clock."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+def _last_text(state: RunState) -> str:
+    for item in reversed(state.items):
+        if isinstance(item, AssistantMessage) and item.text:
+            return item.text
+    return ""
+
+
+async def _final_answer(config: RunConfig, text: str, finish: Any) -> RunResult:
+    if config.output_schema is None:
+        result: RunResult = await finish("Succeeded", "Succeeded", "the agent answered")
+        return result
+    try:
+        structured = output_mod.parse(text, config.output_schema)
+    except output_mod.InvalidOutput as exc:
+        result = await finish("Failed", "InvalidOutput", str(exc))
+        return result
+    result = await finish(
+        "Succeeded", "Succeeded", "the agent answered with valid structured output", structured
+    )
+    return result
+
+
+def _screen_call(
+    call: ToolCall,
+    step: int,
+    config: RunConfig,
+    by_name: Mapping[str, ToolBinding],
+    used: set[str],
+    seen_in_response: set[str],
+) -> Screened:
+    """Decide one tool call before anything runs: duplicate in this response, governance,
+    already used in an earlier step, then argument validity."""
+
+    def refuse(decision: str, reason: str, text: str) -> Screened:
+        record = ToolCallRecord(step, call.name, decision, reason, "skipped", call.id)  # type: ignore[arg-type]
+        return Screened(record, ToolResult(call.id, call.name, text, is_error=True))
+
+    if call.name in seen_in_response:
+        return refuse(
+            "rejected",
+            "DuplicateInResponse",
+            f"error: {call.name} was already called in this response; it runs once per response.",
+        )
+    binding = by_name.get(call.name)
+    reason = "BuiltinMemoryTool"
+    if binding is None or not binding.builtin:
+        object_name = binding.object_name if binding else call.name
+        decision = config.governance.decide(object_name)
+        if not decision.allowed:
+            return refuse(
+                "denied",
+                decision.reason,
+                f"error: calling {call.name} is not permitted ({decision.reason.split(':')[0]}).",
+            )
+        if binding is None:  # governance allows only bound names; stay closed regardless
+            return refuse("denied", "NotOffered", f"error: {call.name} is not an available tool.")
+        reason = decision.reason
+    if call.name in used:
+        return refuse(
+            "rejected",
+            "AlreadyCalled",
+            f"error: {call.name} was already called in an earlier step; use that result.",
+        )
+    if call.arguments is None:
+        return refuse(
+            "rejected", "InvalidArguments", "error: the arguments are not a valid JSON object."
+        )
+    problem = _argument_problem(binding.parameters, call.arguments)
+    if problem:
+        return refuse("rejected", "InvalidArguments", f"error: invalid arguments: {problem}")
+    return Screened(
+        ToolCallRecord(step, call.name, "allowed", reason, None, call.id), None, binding
+    )
+
+
+def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    if not schema:
+        return None
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    except jsonschema.SchemaError:
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+    return f"{where}: {error.message}"
+
+
+async def _execute(
+    screened: Screened, call: ToolCall, state: RunState, emit: Any
+) -> tuple[ToolCallRecord, ToolResult]:
+    binding = screened.binding
+    assert binding is not None
+    if not binding.idempotent and not binding.builtin:
+        state.started_calls.add(call.id)
+        await emit(Checkpoint(state))
+    started = time.monotonic()
+    arguments = call.arguments or {}
+    try:
+        if binding.timeout:
+            async with asyncio.timeout(binding.timeout):
+                out = await binding.executor(arguments)
+        else:
+            out = await binding.executor(arguments)
+        outcome = "error" if out.is_error else "succeeded"
+        result = ToolResult(call.id, call.name, out.content, out.is_error)
+    except ToolFailure as exc:
+        outcome = "error"
+        result = ToolResult(call.id, call.name, f"error: {exc}", True)
+    except TimeoutError:  # the tool's own timeout; the run deadline arrives as cancellation
+        outcome = "error"
+        result = ToolResult(
+            call.id, call.name, f"error: the tool did not answer within {binding.timeout:g}s", True
+        )
+    await emit(ToolFinished(state.step, call.name, outcome, time.monotonic() - started))
+    record = ToolCallRecord(
+        state.step, call.name, "allowed", screened.record.reason, outcome, call.id
+    )
+    return record, result
+
+
+async def _run_calls(
+    calls: Sequence[ToolCall],
+    config: RunConfig,
+    tools: Sequence[ToolBinding],
+    state: RunState,
+    emit: Any,
+    *,
+    resuming: bool = False,
+) -> ToolCallRecord | None:
+    """Screen and execute the tool calls of one response, appending exactly one result per
+    call. Returns the denial record when `onToolDenied: Fail` must end the run."""
+    by_name = {t.name: t for t in tools}
+    seen: set[str] = set()
+    for call in calls:
+        screened = _screen_call(call, state.step, config, by_name, state.used_tools, seen)
+        seen.add(call.name)
+        if (
+            resuming
+            and screened.binding is not None
+            and call.id in state.started_calls
+            and not screened.binding.idempotent
+        ):
+            raise Interrupted(
+                f"tool {screened.binding.object_name!r} may have run before the restart and is "
+                "not idempotent; it was not repeated"
+            )
+        await emit(ToolDecided(screened.record))
+        if screened.binding is None:
+            state.records.append(screened.record)
+            assert screened.result is not None
+            state.items.append(screened.result)
+            if screened.record.decision == "denied" and config.on_tool_denied == "Fail":
+                return screened.record
+            continue
+        record, result = await _execute(screened, call, state, emit)
+        state.records.append(record)
+        state.items.append(result)
+        if not screened.binding.builtin:
+            state.used_tools.add(call.name)
+    return None
+
+
+def _unanswered(state: RunState) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no result yet."""
+    for item in reversed(state.items):
+        if isinstance(item, AssistantMessage):
+            answered = {i.call_id for i in state.items if isinstance(i, ToolResult)}
+            return [c for c in item.tool_calls if c.id not in answered]
+    return []
+
+
+def _fill_unanswered(state: RunState) -> None:
+    """Give every tool call of the last assistant message a result, so the transcript stays
+    well-formed for a provider even when the run stops mid-step."""
+    for call in _unanswered(state):
+        state.items.append(
+            ToolResult(call.id, call.name, "error: not executed: the run stopped", True)
+        )
+
+
+async def _complete_pending_calls(
+    config: RunConfig, state: RunState, tools: Sequence[ToolBinding], emit: Any
+) -> ToolCallRecord | None:
+    """After a restart: finish the tool calls of the last step that have no result yet.
+    A call that may have started is repeated only if its tool is idempotent."""
+    pending = _unanswered(state)
+    if not pending:
+        return None
+    answered = {r.call_id for r in state.records}
+    pending = [c for c in pending if c.id not in answered]
+    denied = await _run_calls(pending, config, tools, state, emit, resuming=True)
+    if denied is None:
+        await emit(Checkpoint(state))
+        await emit(StepFinished(state))
+    return denied
+
+
+def describe_arguments(arguments: dict[str, Any]) -> str:
+    """Argument keys only (for debugging output that must not show values)."""
+    return json.dumps(sorted(arguments))

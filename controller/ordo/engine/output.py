@@ -1,0 +1,88 @@
+"""Structured output: instruct the model, then parse and validate its answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+class InvalidOutput(Exception):
+    """The answer is not JSON that satisfies the schema. The message names the JSON path and
+    the rule that failed, never the model's text."""
+
+
+def instruction(schema: dict[str, Any]) -> str:
+    """The system-prompt paragraph that asks for JSON matching `schema`."""
+    return (
+        "Answer with a single JSON object and nothing else (no prose, no code fences). "
+        "It must validate against this JSON Schema:\n"
+        + json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    )
+
+
+def _path(parts: Any) -> str:
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def parse(text: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Parse and validate. Raises InvalidOutput with a content-free message."""
+    match = _FENCE.match(text)
+    candidate = match.group(1) if match else text.strip()
+    try:
+        value = json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        raise InvalidOutput(
+            f"the answer is not valid JSON (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidOutput(f"the answer is a JSON {type(value).__name__}, expected an object")
+    validator_cls = jsonschema.validators.validator_for(schema)
+    errors = sorted(validator_cls(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        rule = err.validator
+        expected = err.validator_value
+        if rule in (
+            "required",
+            "type",
+            "enum",
+            "minimum",
+            "maximum",
+            "minLength",
+            "maxLength",
+            "minItems",
+            "maxItems",
+            "additionalProperties",
+            "const",
+            "format",
+            "pattern",
+        ):
+            detail = (
+                f"{rule} {json.dumps(expected, sort_keys=True)}"
+                if rule != "additionalProperties"
+                else "additionalProperties false"
+            )
+        else:
+            detail = str(rule)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InvalidOutput(
+            f"the answer does not match the output schema at {_path(err.absolute_path)}: failed {detail}{more}"
+        )
+    return value
+
+
+def check_schema(schema: dict[str, Any]) -> str | None:
+    """None if `schema` is a usable JSON Schema, else why not."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"not a valid JSON Schema: {exc.message}"
+    return None

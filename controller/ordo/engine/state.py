@@ -1,0 +1,122 @@
+"""Run configuration, resumable run state, and the result of a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .governance import Governance
+from .transcript import Item, Usage, item_from_dict, item_to_dict
+
+Phase = Literal["Succeeded", "Failed", "Cancelled"]
+OnToolDenied = Literal["Fail", "ReturnError"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything the loop needs besides the model, the tools and the listeners."""
+
+    system_prompt: str
+    user_message: str
+    governance: Governance
+    max_steps: int = 10
+    timeout: float | None = 300.0
+    token_budget: int | None = None
+    output_schema: dict[str, Any] | None = None
+    on_tool_denied: OnToolDenied = "Fail"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One decision, as written to `status.toolCalls[]` (never arguments or results)."""
+
+    step: int
+    tool: str
+    decision: Literal["allowed", "denied", "rejected"]
+    reason: str
+    outcome: str | None = None
+    call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "step": self.step,
+            "tool": self.tool,
+            "decision": self.decision,
+            "reason": self.reason,
+        }
+        if self.outcome:
+            d["outcome"] = self.outcome
+        if self.call_id:
+            d["callId"] = self.call_id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCallRecord:
+        return cls(
+            d["step"],
+            d["tool"],
+            d["decision"],
+            d.get("reason", ""),
+            d.get("outcome"),
+            d.get("callId"),
+        )
+
+
+@dataclass
+class RunState:
+    """Where a run is: the checkpoint a restarted operator resumes from."""
+
+    items: list[Item] = field(default_factory=list)
+    step: int = 0
+    usage: Usage = field(default_factory=Usage)
+    records: list[ToolCallRecord] = field(default_factory=list)
+    used_tools: set[str] = field(default_factory=set)
+    """Model-visible names of tools already called (no longer offered)."""
+    started_calls: set[str] = field(default_factory=set)
+    """Ids of non-idempotent calls that may have started (recorded before they start)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "items": [item_to_dict(i) for i in self.items],
+            "step": self.step,
+            "usage": self.usage.to_dict(),
+            "records": [r.to_dict() for r in self.records],
+            "usedTools": sorted(self.used_tools),
+            "startedCalls": sorted(self.started_calls),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunState:
+        usage = d.get("usage") or {}
+        return cls(
+            items=[item_from_dict(i) for i in d.get("items", [])],
+            step=int(d.get("step", 0)),
+            usage=Usage(int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))),
+            records=[ToolCallRecord.from_dict(r) for r in d.get("records", [])],
+            used_tools=set(d.get("usedTools", [])),
+            started_calls=set(d.get("startedCalls", [])),
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: the Task status fields of DESIGN §5 that the engine owns."""
+
+    phase: Phase
+    reason: str
+    message: str
+    output: str
+    structured_output: dict[str, Any] | None
+    state: RunState
+
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    @property
+    def usage(self) -> Usage:
+        return self.state.usage
+
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]:
+        return self.state.records
