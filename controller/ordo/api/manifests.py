@@ -170,8 +170,9 @@ def parse_document(doc: Document) -> tuple[Resource | None, list[Problem]]:
             Problem(doc, "apiVersion", f"expected {API_VERSION!r} (got {body.get('apiVersion')!r})")
         ]
     try:
-        # strict: no "5" -> 5 or "yes" -> True coercion; the API server rejects those too.
-        return info.model.model_validate(body, strict=True), []
+        # As the API server reads it: no "5" -> 5 or "yes" -> True coercion (strict), and
+        # only the camelCase wire names (by_name=False: `model_ref` is an unknown field).
+        return info.model.model_validate(body, strict=True, by_alias=True, by_name=False), []
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
