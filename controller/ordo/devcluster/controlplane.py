@@ -382,6 +382,9 @@ class ControlPlane:
     * ``create_namespace()``: a fresh, uniquely named namespace
     * ``apply_crds(directory)``: server-side apply and wait until Established
     * ``env()``: ``os.environ`` plus ``KUBECONFIG`` and ``binaries`` first on ``PATH``
+    * ``service_account_kubeconfig(namespace, name)``: a kubeconfig with a TokenRequest token
+    * ``request(path)``: ``(status, body)`` of a GET as admin, e.g. ``/readyz``
+    * ``pids``, ``running``, ``workdir`` (logs: ``etcd.log``, ``kube-apiserver.log``)
     """
 
     def __init__(
