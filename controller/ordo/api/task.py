@@ -86,9 +86,17 @@ IMMUTABLE_TASK_FIELDS = (
 )
 
 
+CEL_INVISIBLE_TASK_FIELDS = ("input",)
+"""Immutable fields a CEL rule cannot read: `input` is string-or-object, so its schema has no
+`type`, and kube-apiserver refuses a rule that names it (`undefined field 'input'`). The
+operator enforces these: it snapshots them when it claims the Task."""
+
+
 def _immutable_rule() -> str:
     parts = ["self.agentRef == oldSelf.agentRef"]
     for f in IMMUTABLE_TASK_FIELDS[1:]:
+        if f in CEL_INVISIBLE_TASK_FIELDS:
+            continue
         parts.append(f"(has(self.{f}) == has(oldSelf.{f}))")
         parts.append(f"(!has(self.{f}) || self.{f} == oldSelf.{f})")
     return " && ".join(parts)
