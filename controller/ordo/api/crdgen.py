@@ -106,6 +106,13 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
         spec.setdefault("x-kubernetes-validations", []).append(
             {"rule": rule.rule, "message": rule.message}
         )
+    root_rules = schema.get("x-kubernetes-validations", [])
+    metadata: dict[str, Any] = {"type": "object"}
+    # A rule's fieldPath must exist in the schema: declare the metadata fields rules name
+    # (the API server allows only name and generateName here).
+    named = sorted({r["fieldPath"].split(".")[2] for r in root_rules if "fieldPath" in r})
+    if named:
+        metadata["properties"] = {name: {"type": "string"} for name in named}
     root: dict[str, Any] = {
         "type": "object",
         "description": (info.model.__doc__ or "").strip(),
@@ -113,13 +120,13 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "ordo.dev/v1alpha1"},
             "kind": {"type": "string", "description": info.kind},
-            "metadata": {"type": "object"},
+            "metadata": metadata,
             "spec": spec,
             "status": structural(props["status"], defs, in_status=True),
         },
     }
-    if "x-kubernetes-validations" in schema:
-        root["x-kubernetes-validations"] = schema["x-kubernetes-validations"]
+    if root_rules:
+        root["x-kubernetes-validations"] = root_rules
     return root
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from .base import (
     CelRule,
     Duration,
-    JsonObject,
     JsonValue,
     OrdoModel,
     Resource,
@@ -25,6 +24,19 @@ MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 HeaderMap = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field(max_length=64)]
 Url = Annotated[str, Field(pattern=r"^https?://", min_length=8, max_length=2048)]
+
+ObjectSchema = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            # Declared so the CEL rule on spec can read it (CEL sees only declared fields).
+            "properties": {"type": {"type": "string"}},
+        }
+    ),
+]
+"""A JSON Schema of an object, stored as written."""
 
 
 class HttpTool(OrdoModel):
@@ -76,7 +88,7 @@ class ToolSpec(OrdoModel):
     """`http`, `mcp`, or `mock` (a canned result, no network: for offline examples and tests)."""
     description: Annotated[str, Field(max_length=4096)] | None = None
     """What the tool does; shown to the model."""
-    input_schema: JsonObject | None = None
+    input_schema: ObjectSchema | None = None
     """JSON Schema of the arguments (an object schema). mcp: taken from the server when unset."""
     http: HttpTool | None = None
     """Settings for `type: http`."""
