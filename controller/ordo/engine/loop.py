@@ -136,6 +136,7 @@ async def run_agent(
                     config.token_budget is not None
                     and state.usage.total_tokens > config.token_budget
                 ):
+                    _fill_unanswered(state)  # the over-budget response's calls do not run
                     return await finish(
                         "Failed",
                         "TokenBudgetExceeded",
