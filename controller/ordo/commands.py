@@ -63,3 +63,12 @@ def register(sub: Any) -> None:
     )
     run.add_argument("--quiet", "-q", action="store_true", help="no live progress, no warnings")
     run.set_defaults(func=_cmd_run)
+
+    from .operator import main as operator_main
+
+    operator = sub.add_parser(
+        "operator",
+        help="run the Kubernetes operator (uses KUBECONFIG or the in-cluster service account)",
+    )
+    operator_main.add_arguments(operator)
+    operator.set_defaults(func=operator_main.run)

@@ -120,6 +120,20 @@ async def execute(
         maybe = on_resolved(snapshot)
         if asyncio.iscoroutine(maybe):
             await maybe
+    return await run_snapshot(
+        snapshot, listeners=listeners, state=state, cancel=cancel, model_factory=model_factory
+    )
+
+
+async def run_snapshot(
+    snapshot: Snapshot,
+    *,
+    listeners: Iterable[Listener] = (),
+    state: RunState | None = None,
+    cancel: asyncio.Event | None = None,
+    model_factory: ModelFactory = default_model_factory,
+) -> TaskOutcome:
+    """Run a resolved snapshot (the operator resolves first to compare with a checkpoint)."""
     try:
         model = model_factory(snapshot)
         tools, closers = await tool_bindings(snapshot)

@@ -213,15 +213,15 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     missing_roles: list[str] = []
     for role_name in spec.roles or []:
         try:
-            body = await store.get("AgentRole", ns, role_name)
+            role_body = await store.get("AgentRole", ns, role_name)
         except StoreError as exc:
             unreadable = unreadable or f"AgentRole {role_name!r} could not be read ({exc})"
             continue
-        if body is None:
+        if role_body is None:
             missing_roles.append(role_name)
             continue
         try:
-            granted.update(AgentRole.model_validate(body).spec.permissions)
+            granted.update(AgentRole.model_validate(role_body).spec.permissions)
         except ValidationError:
             unreadable = unreadable or f"AgentRole {role_name!r} is invalid"
     rules: dict[str, list[PermissionRule]] = {}

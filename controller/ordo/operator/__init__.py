@@ -1,0 +1,1 @@
+"""The ordo operator: kopf handlers, Task scheduling, status, Events, metrics and health."""

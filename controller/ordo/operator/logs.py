@@ -1,0 +1,58 @@
+"""JSON logs carrying namespace, task, agent, executionId and step from context variables.
+Log calls pass names and counts only; never prompts, arguments, outputs or secrets."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "ordo_log_context", default=None
+)
+_FIELDS = ("namespace", "task", "agent", "executionId", "step")
+
+
+def bind(**values: Any) -> None:
+    """Add fields to the log context of the current asyncio task."""
+    current = dict(CONTEXT.get() or {})
+    current.update({k: v for k, v in values.items() if v is not None})
+    CONTEXT.set(current)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in (CONTEXT.get() or {}).items():
+            entry[key] = value
+        extra = getattr(record, "ordo", None)
+        if isinstance(extra, dict):
+            entry.update(extra)
+        if record.exc_info and record.exc_info[0] is not None:
+            entry["error"] = record.exc_info[0].__name__
+        return json.dumps(entry, default=str)
+
+
+def configure(fmt: str = "json", level: str = "INFO") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Libraries that could log request details stay at WARNING.
+    for noisy in ("httpx", "httpcore", "openai", "anthropic", "mcp", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if level != "DEBUG":
+        # kopf logs every handled event at INFO ("Handler ... succeeded"): keep its warnings.
+        logging.getLogger("kopf").setLevel(logging.WARNING)

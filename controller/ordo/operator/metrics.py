@@ -1,0 +1,115 @@
+"""Prometheus metrics. Labels are namespaces, agent/tool/model names and outcomes: never
+task names, ids or content."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..engine.events import (
+    Event,
+    ModelResponded,
+    RunFinished,
+    StepStarted,
+    ToolDecided,
+    ToolFinished,
+)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.tasks = Counter(
+            "ordo_tasks_total",
+            "Tasks that reached a terminal phase.",
+            ["namespace", "agent", "phase", "reason"],
+            registry=r,
+        )
+        self.task_duration = Histogram(
+            "ordo_task_duration_seconds",
+            "Time from claim to terminal phase.",
+            ["namespace", "agent"],
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+            registry=r,
+        )
+        self.task_steps = Histogram(
+            "ordo_task_steps",
+            "Model calls per Task.",
+            ["namespace", "agent"],
+            buckets=(1, 2, 3, 5, 8, 13, 21, 50, 100),
+            registry=r,
+        )
+        self.model_requests = Counter(
+            "ordo_model_requests_total",
+            "Model calls by outcome.",
+            ["provider", "model", "outcome"],
+            registry=r,
+        )
+        self.model_duration = Histogram(
+            "ordo_model_request_duration_seconds",
+            "Duration of one model call (including retries).",
+            ["provider", "model"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.tokens = Counter(
+            "ordo_tokens_total",
+            "Tokens used.",
+            ["namespace", "agent", "model", "direction"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "ordo_tool_calls_total",
+            "Tool-call decisions and outcomes.",
+            ["tool", "decision", "outcome"],
+            registry=r,
+        )
+        self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
+        self.pending = Gauge("ordo_tasks_pending", "Tasks waiting for capacity.", registry=r)
+
+    def listener(self, namespace: str, agent: str, provider: str, model: str) -> RunMetrics:
+        return RunMetrics(self, namespace, agent, provider, model)
+
+
+class RunMetrics:
+    """Engine-event listener for one run."""
+
+    def __init__(
+        self, metrics: Metrics, namespace: str, agent: str, provider: str, model: str
+    ) -> None:
+        self.m, self.namespace, self.agent, self.provider, self.model = (
+            metrics,
+            namespace,
+            agent,
+            provider,
+            model,
+        )
+        self._pending_decisions: dict[str, str] = {}
+
+    async def __call__(self, event: Event) -> None:
+        m = self.m
+        if isinstance(event, ModelResponded):
+            m.model_requests.labels(self.provider, self.model, "success").inc()
+            m.model_duration.labels(self.provider, self.model).observe(event.duration)
+            m.tokens.labels(self.namespace, self.agent, self.model, "input").inc(
+                event.usage.input_tokens
+            )
+            m.tokens.labels(self.namespace, self.agent, self.model, "output").inc(
+                event.usage.output_tokens
+            )
+        elif isinstance(event, ToolDecided):
+            r = event.record
+            if r.decision != "allowed":
+                m.tool_calls.labels(_tool_label(r.tool), r.decision, "skipped").inc()
+        elif isinstance(event, ToolFinished):
+            m.tool_calls.labels(_tool_label(event.tool), "allowed", event.outcome).inc()
+        elif isinstance(event, RunFinished):
+            if event.result.reason in ("ModelError", "ModelUnavailable"):
+                m.model_requests.labels(self.provider, self.model, "error").inc()
+        elif isinstance(event, StepStarted):
+            pass
+
+
+def _tool_label(name: str) -> str:
+    """Tool names come from the model: bound the label's size and alphabet."""
+    return name[:64] if all(c.isalnum() or c in "-_" for c in name) else "invalid-name"

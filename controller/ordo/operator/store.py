@@ -1,0 +1,42 @@
+"""The ObjectStore the engine resolves references through, over the Kubernetes API."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ..engine.store import StoreError
+from .kube import ApiError, KubeClient
+
+
+class KubeStore:
+    """Reads ordo objects and Secret keys in one namespace at a time (the Task's)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._client.get(kind, namespace, name)
+        except (ApiError, OSError) as exc:
+            raise StoreError(f"{kind} {name!r}: {exc}") from None
+
+    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        try:
+            return await self._client.list(kind, namespace)
+        except (ApiError, OSError) as exc:
+            raise StoreError(f"{kind} list: {exc}") from None
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            secret = await self._client.get("Secret", namespace, name)
+        except ApiError as exc:
+            raise StoreError(f"Secret {name!r}: {exc.status} {exc.reason}") from None
+        except OSError as exc:
+            raise StoreError(f"Secret {name!r}: {type(exc).__name__}") from None
+        if secret is None:
+            return None
+        data = secret.get("data") or {}
+        if key not in data:
+            return None
+        return base64.b64decode(data[key]).decode()
