@@ -25,10 +25,31 @@ def instruction(schema: dict[str, Any]) -> str:
     )
 
 
-def _path(parts: Any) -> str:
+def _declared_names(schema: Any) -> set[str]:
+    """Every property name the schema itself declares (keys of any `properties`)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.update(k for k in props if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return names
+
+
+def _path(parts: Any, declared: set[str]) -> str:
+    """The JSON path of an error. A key the schema does not declare came from the model
+    (additionalProperties, patternProperties), so it is shown as `*`, never as written."""
     out = "$"
     for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if p in declared else ".*"
     return out
 
 
@@ -74,7 +95,7 @@ def parse(text: str, schema: dict[str, Any]) -> dict[str, Any]:
             detail = str(rule)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InvalidOutput(
-            f"the answer does not match the output schema at {_path(err.absolute_path)}: failed {detail}{more}"
+            f"the answer does not match the output schema at {_path(err.absolute_path, _declared_names(schema))}: failed {detail}{more}"
         )
     return value
 
