@@ -116,7 +116,7 @@ async def run_agent(
                 started = time.monotonic()
                 response = await model.complete(
                     ModelRequest(
-                        items=state.items,
+                        items=tuple(state.items),  # a snapshot: the history grows after the call
                         tools=tuple(
                             ToolDefinition(t.name, t.description, t.parameters) for t in offered
                         ),
