@@ -53,7 +53,9 @@ class TaskLimits(OrdoModel):
 
 
 class TaskSpec(OrdoModel):
-    """Desired state of a Task. Immutable after creation, except `cancel`."""
+    """Desired state of a Task. Immutable after creation, except `cancel` (the API server
+    enforces it for every field but `input`, whose untyped value CEL cannot compare; the
+    operator runs the input it read when it claimed the Task)."""
 
     agent_ref: Name
     """The Agent to run."""
