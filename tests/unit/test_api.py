@@ -760,3 +760,31 @@ def test_model_defaults_match_crd_defaults() -> None:
     assert limits["default"] == {}
     assert limits["properties"]["maxSteps"]["default"] == 10
     assert limits["properties"]["timeout"]["default"] == "5m"
+
+
+def test_objects_read_back_from_the_cluster_validate(tmp_path: Path) -> None:
+    """`kubectl get -o yaml` output carries server-set metadata; all of it is ObjectMeta."""
+    mset = _load_text(
+        tmp_path,
+        """apiVersion: ordo.dev/v1alpha1
+kind: Agent
+metadata:
+  name: a
+  namespace: team-a
+  uid: 0b0e9a1c-7a0e-4a8e-9d5e-1f2f3f4f5f6f
+  resourceVersion: "4711"
+  generation: 2
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  labels: {app.kubernetes.io/part-of: research, tier: "", team: research}
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{"spec": {}}'
+  finalizers: [ordo.dev/task]
+  ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: c, uid: x}]
+  managedFields: [{manager: kubectl, operation: Apply}]
+spec: {modelRef: m}
+""",
+    )
+    # Only the reference warning: the ModelEndpoint is not in the set.
+    assert [(p.severity, p.field) for p in mset.problems] == [("warning", "spec.modelRef")]
+    assert mset.errors == []
+    assert len(mset.objects) == 1

@@ -6,6 +6,7 @@ document index, kind/name and the field path, and says what is expected.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from . import API_VERSION, KINDS, Resource
+from .base import DNS1123_SUBDOMAIN
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -111,7 +113,13 @@ def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]
             if body is None:
                 continue
             if isinstance(body, dict) and body.get("kind") == "List":
-                for item in body.get("items") or []:
+                items = body.get("items") or []
+                if not isinstance(items, list):
+                    problems.append(
+                        Problem(Document(source, index, body), "items", "expected a list")
+                    )
+                    continue
+                for item in items:
                     docs.append(Document(source, index, item))
                     index += 1
                 continue
@@ -155,6 +163,73 @@ def _message(err: Any) -> str:
     return msg
 
 
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+"""The fields of metav1.ObjectMeta; the API server rejects any other under metadata."""
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_PREFIX = re.compile(DNS1123_SUBDOMAIN)
+_LABEL_RULE = "at most 63 characters of a-z, A-Z, 0-9, '-', '_', '.', alphanumeric at both ends"
+
+
+def _qualified_name(key: str) -> bool:
+    """A label or annotation key, `[prefix/]name`, as the API server checks it."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        return False
+    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def _metadata_problems(doc: Document) -> list[Problem]:
+    """What the API server checks in metadata beyond the name: known fields, label syntax."""
+    meta = doc.body.get("metadata")
+    if not isinstance(meta, dict):
+        return []
+    problems = [
+        Problem(doc, f"metadata.{key}", "unknown field (not a field of ObjectMeta)")
+        for key in meta
+        if key not in OBJECT_META_FIELDS
+    ]
+    for name in ("labels", "annotations"):
+        entries = meta.get(name)
+        if not isinstance(entries, dict):
+            continue  # the model reports the type
+        for key, value in entries.items():
+            if isinstance(key, str) and not _qualified_name(key):
+                problems.append(
+                    Problem(
+                        doc,
+                        f"metadata.{name}",
+                        f"invalid key {key!r}: [prefix/]name, {_LABEL_RULE}",
+                    )
+                )
+            bad_value = isinstance(value, str) and (len(value) > 63 or not _LABEL_NAME.match(value))
+            if name == "labels" and value and bad_value:
+                problems.append(
+                    Problem(
+                        doc, "metadata.labels", f"invalid value of label {key!r}: {_LABEL_RULE}"
+                    )
+                )
+    return problems
+
+
 def parse_document(doc: Document) -> tuple[Resource | None, list[Problem]]:
     """Validate one document against its kind's model."""
     body = doc.body
@@ -169,12 +244,13 @@ def parse_document(doc: Document) -> tuple[Resource | None, list[Problem]]:
         return None, [
             Problem(doc, "apiVersion", f"expected {API_VERSION!r} (got {body.get('apiVersion')!r})")
         ]
+    problems = _metadata_problems(doc)
     try:
         # As the API server reads it: no "5" -> 5 or "yes" -> True coercion (strict), and
         # only the camelCase wire names (by_name=False: `model_ref` is an unknown field).
-        return info.model.model_validate(body, strict=True, by_alias=True, by_name=False), []
+        obj = info.model.model_validate(body, strict=True, by_alias=True, by_name=False)
+        return (None, problems) if problems else (obj, [])
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             loc = _loc(err["loc"])
             message = _message(err)
