@@ -532,6 +532,15 @@ MEM = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Memory", "metadata": {"name":
 KEY = {"secretRef": {"name": "s", "key": "k"}}
 HTTP = {"url": "https://x.example"}
 MCP = {"url": "http://mcp:8080/mcp"}
+POL = {"apiVersion": "ordo.dev/v1alpha1", "kind": "AgentPolicy", "metadata": {"name": "p"}}
+
+
+def _req(operator: str, values: list[str] | None = None) -> dict[str, Any]:
+    req: dict[str, Any] = {"key": "team", "operator": operator}
+    if values is not None:
+        req["values"] = values
+    return req
+
 
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "!has(self.allow) || has(self.ref)": (
@@ -649,6 +658,20 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "size(self.metadata.name) <= 64": (
         [{**TOOL, "metadata": {"name": "x" * 64}, "spec": {"type": "mock"}}],
         [{**TOOL, "metadata": {"name": "x" * 65}, "spec": {"type": "mock"}}],
+    ),
+    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
+    " : (!has(self.values) || size(self.values) == 0)": (
+        [
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("In", ["a"])]}}},
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("NotIn", ["a"])]}}},
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("Exists")]}}},
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("DoesNotExist", [])]}}},
+        ],
+        [
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("In", [])]}}},
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("NotIn")]}}},
+            {**POL, "spec": {"agentSelector": {"matchExpressions": [_req("Exists", ["a"])]}}},
+        ],
     ),
     "self.provider == 'in-memory' || has(self.url)": (
         [

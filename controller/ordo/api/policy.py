@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import Name, OrdoModel, Resource, StatusBase, UniqueItems
+from .base import CelRule, Name, OrdoModel, Resource, StatusBase, UniqueItems
 
 OnToolDenied = Literal["Fail", "ReturnError"]
 SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -16,15 +16,29 @@ class LabelSelectorRequirement(OrdoModel):
     """One requirement of a label selector."""
 
     key: Annotated[str, Field(min_length=1, max_length=317)]
+    """The label key."""
     operator: SelectorOperator
+    """`In`, `NotIn`, `Exists` or `DoesNotExist`."""
     values: Annotated[list[str], Field(max_length=64)] | None = None
+    """Label values: non-empty for `In` and `NotIn`, empty for `Exists` and `DoesNotExist`."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
+            " : (!has(self.values) || size(self.values) == 0)",
+            message="values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+            check=lambda r: bool(r.values) == (r.operator in ("In", "NotIn")),
+        ),
+    )
 
 
 class LabelSelector(OrdoModel):
     """A metav1.LabelSelector; an empty selector selects every Agent in the namespace."""
 
     match_labels: dict[str, str] | None = None
+    """Labels an Agent must carry, all of them, with these values."""
     match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=32)] | None = None
+    """Requirements an Agent's labels must all meet."""
 
     def matches(self, labels: dict[str, str]) -> bool:
         for key, value in (self.match_labels or {}).items():
