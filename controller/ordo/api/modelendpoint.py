@@ -57,7 +57,9 @@ class MockUsage(OrdoModel):
     """Token usage the mock reports for a turn (estimated from text length when unset)."""
 
     input_tokens: Annotated[int, Field(ge=0)] | None = None
+    """Prompt tokens reported for this turn."""
     output_tokens: Annotated[int, Field(ge=0)] | None = None
+    """Completion tokens reported for this turn."""
 
 
 class MockTurn(OrdoModel):
@@ -86,6 +88,7 @@ class MockScript(OrdoModel):
     is unset or used up the mock calls each offered tool once, then answers with a summary."""
 
     turns: Annotated[list[MockTurn], Field(max_length=1000)] | None = None
+    """The responses: the first answers the run's first model call, and so on."""
 
 
 class ModelEndpointSpec(OrdoModel):

@@ -115,8 +115,11 @@ class Usage(OrdoModel):
     """Tokens used by the run, summed over model calls."""
 
     input_tokens: Annotated[int, Field(ge=0)] = 0
+    """Prompt tokens, as the provider reported them (estimated when it did not)."""
     output_tokens: Annotated[int, Field(ge=0)] = 0
+    """Completion tokens."""
     total_tokens: Annotated[int, Field(ge=0)] = 0
+    """Input plus output tokens; budgets (`maxTokens`, `maxTokensPerTask`) count this."""
 
 
 class ToolCallRecord(OrdoModel):

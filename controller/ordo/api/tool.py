@@ -32,7 +32,9 @@ ObjectSchema = Annotated[
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
             # Declared so the CEL rule on spec can read it (CEL sees only declared fields).
-            "properties": {"type": {"type": "string"}},
+            "properties": {
+                "type": {"type": "string", "description": "`object` when set."},
+            },
         }
     ),
 ]
