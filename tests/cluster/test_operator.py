@@ -121,8 +121,7 @@ def test_quickstart_succeeds_with_events_and_cleanup(
     assert agent["status"] == "True"
     metrics = operator.metrics()
     assert (
-        'ordo_tasks_total{agent="research-agent",namespace="%s",phase="Succeeded",reason="Succeeded"} 1.0'
-        % namespace
+        f'ordo_tasks_total{{agent="research-agent",namespace="{namespace}",phase="Succeeded",reason="Succeeded"}} 1.0'
         in metrics
     )
     assert "ordo_tool_calls_total" in metrics and "ordo_model_requests_total" in metrics
