@@ -115,7 +115,9 @@ class KubeClient:
         self._relogin = relogin
         self._max_connections = max_connections
         self.requests: dict[str, int] = {}
-        """Requests by verb (get, list, patch, patch-status, create, delete): for benchmarks."""
+        """Requests by verb (get, list, patch, patch-status, create, replace, delete)."""
+        self.on_request: Callable[[str], None] | None = None
+        """Called with the verb of every request (the operator counts them in a metric)."""
         self._client = self._build(info)
 
     def _build(self, info: kopf.ConnectionInfo) -> httpx.AsyncClient:
@@ -164,6 +166,8 @@ class KubeClient:
 
     async def _request(self, verb: str, method: str, url: str, **kwargs: Any) -> Any:
         self.requests[verb] = self.requests.get(verb, 0) + 1
+        if self.on_request is not None:
+            self.on_request(verb)
         response = await self._send(method, url, **kwargs)
         if response.status_code == 401 and self._relogin is not None:
             await self._client.aclose()

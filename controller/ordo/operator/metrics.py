@@ -66,6 +66,12 @@ class Metrics:
         )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
         self.pending = Gauge("ordo_tasks_pending", "Tasks waiting for capacity.", registry=r)
+        self.kube_requests = Counter(
+            "ordo_kube_api_requests_total",
+            "Requests ordo's own client made to the Kubernetes API (kopf's watches excluded).",
+            ["verb"],
+            registry=r,
+        )
 
     def listener(self, namespace: str, agent: str, provider: str, model: str) -> RunMetrics:
         return RunMetrics(self, namespace, agent, provider, model)
