@@ -1,0 +1,77 @@
+"""Pure parts of the operator: conditions, log formatting, metric labels, API paths."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from ordo.operator import conditions, kube, logs
+from ordo.operator.metrics import _tool_label
+
+
+def test_set_condition_keeps_transition_time_when_status_is_unchanged() -> None:
+    first = conditions.set_condition(None, "Ready", "True", "Resolved", "ok", generation=1)
+    first[0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    again = conditions.set_condition(first, "Ready", "True", "Resolved", "still ok", generation=2)
+    assert again[0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    assert again[0]["observedGeneration"] == 2 and again[0]["message"] == "still ok"
+    flipped = conditions.set_condition(again, "Ready", "False", "MissingReferences", "gone")
+    assert flipped[0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+
+
+def test_set_condition_replaces_only_its_type_and_sorts() -> None:
+    cs = conditions.set_condition(None, "Running", "True", "Started", "x")
+    cs = conditions.set_condition(cs, "Scheduled", "True", "Claimed", "y")
+    cs = conditions.set_condition(cs, "Running", "False", "Succeeded", "z")
+    assert [c["type"] for c in cs] == ["Running", "Scheduled"]
+    assert cs[0]["status"] == "False"
+
+
+def test_same_conditions_ignores_transition_time() -> None:
+    a = conditions.set_condition(None, "Ready", "True", "R", "m")
+    b = [dict(a[0], lastTransitionTime="1999-01-01T00:00:00Z")]
+    assert conditions.same_conditions(a, b)
+    assert not conditions.same_conditions(
+        a, conditions.set_condition(None, "Ready", "False", "R", "m")
+    )
+
+
+def test_condition_message_is_bounded() -> None:
+    cs = conditions.set_condition(None, "Ready", "False", "R", "x" * 5000)
+    assert len(cs[0]["message"]) == 1024
+
+
+def test_json_log_lines_carry_the_context() -> None:
+    logs.bind(namespace="ns", task="t", executionId="e1", step=3, agent=None)
+    record = logging.LogRecord("ordo.operator", logging.INFO, __file__, 1, "model call", None, None)
+    record.ordo = {"tool": "web-search"}
+    line = json.loads(logs.JsonFormatter().format(record))
+    assert line["namespace"] == "ns" and line["task"] == "t" and line["executionId"] == "e1"
+    assert line["step"] == 3 and line["tool"] == "web-search" and "agent" not in line
+    assert line["msg"] == "model call" and line["level"] == "info"
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("web-search", "web-search"),
+        ("memory_read", "memory_read"),
+        ("drop table;", "invalid-name"),
+        ("x" * 100, "x" * 64),
+    ],
+)
+def test_tool_metric_labels_are_bounded(name: str, label: str) -> None:
+    assert _tool_label(name) == label
+
+
+def test_api_paths() -> None:
+    assert (
+        kube.path("Task", "ns", "t", "status")
+        == "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t/status"
+    )
+    assert kube.path("Secret", "ns", "s") == "/api/v1/namespaces/ns/secrets/s"
+    assert kube.path("AgentPolicy", "ns") == "/apis/ordo.dev/v1alpha1/namespaces/ns/agentpolicies"
+    with pytest.raises(ValueError):
+        kube.path("Pod", "ns")
