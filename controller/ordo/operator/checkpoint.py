@@ -79,15 +79,15 @@ class CheckpointStore:
             await self.delete()  # a stale checkpoint must not be resumed from
             return
         self.writes += 1
-        if self._exists is None or self._exists:
-            try:
-                await self._client.replace("ConfigMap", self._ns, self._name, body)
-                self._exists = True
-                return
-            except ApiError as exc:
-                if not exc.not_found:
-                    raise
-        await self._client.create("ConfigMap", self._ns, body)
+        if self._exists:
+            await self._client.replace("ConfigMap", self._ns, self._name, body)
+            return
+        try:
+            await self._client.create("ConfigMap", self._ns, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            await self._client.replace("ConfigMap", self._ns, self._name, body)
         self._exists = True
 
     async def load(self) -> tuple[RunState, dict[str, str]] | None:

@@ -66,6 +66,8 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.client = KubeClient(
         login(), relogin=login, max_connections=max(16, cfg.max_concurrent_tasks * 2)
     )
+    metrics = STATE.metrics
+    STATE.client.on_request = lambda verb: metrics.kube_requests.labels(verb).inc()
     STATE.scheduler = TaskScheduler(
         STATE.client,
         settings=SchedulerSettings(cfg.max_concurrent_tasks, cfg.keep_checkpoints),
