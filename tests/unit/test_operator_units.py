@@ -75,3 +75,36 @@ def test_api_paths() -> None:
     assert kube.path("AgentPolicy", "ns") == "/apis/ordo.dev/v1alpha1/namespaces/ns/agentpolicies"
     with pytest.raises(ValueError):
         kube.path("Pod", "ns")
+
+
+def test_an_executor_bug_becomes_an_error_result_not_a_crash() -> None:
+    import asyncio
+    from typing import Any
+
+    from ordo.engine.governance import Governance
+    from ordo.engine.loop import run_agent
+    from ordo.engine.model import ModelRequest, ModelResponse
+    from ordo.engine.state import RunConfig
+    from ordo.engine.tooling import ToolBinding, ToolOutput
+    from ordo.engine.transcript import ToolCall, ToolResult
+
+    class Model:
+        provider, model = "test", "test"
+
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            if any(isinstance(i, ToolResult) for i in request.items):
+                return ModelResponse("done")
+            return ModelResponse("", (ToolCall("c1", "buggy", {}),))
+
+    async def buggy(arguments: dict[str, Any]) -> ToolOutput:
+        raise KeyError("internal detail CANARY-KEY")
+
+    config = RunConfig("s", "u", Governance(frozenset({"buggy"})))
+    tools = [ToolBinding("buggy", "buggy", "", {"type": "object"}, buggy)]
+    result = asyncio.run(run_agent(config, Model(), tools))
+    assert result.phase == "Succeeded"
+    assert result.tool_calls[0].outcome == "error"
+    errors = [i for i in result.state.items if isinstance(i, ToolResult)]
+    assert (
+        errors[0].is_error and "KeyError" in errors[0].content and "CANARY" not in errors[0].content
+    )

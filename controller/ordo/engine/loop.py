@@ -288,6 +288,11 @@ async def _execute(
         result = ToolResult(
             call.id, call.name, f"error: the tool did not answer within {binding.timeout:g}s", True
         )
+    except Exception as exc:  # an executor bug must not crash the run; name the type only
+        outcome = "error"
+        result = ToolResult(
+            call.id, call.name, f"error: the tool failed ({type(exc).__name__})", True
+        )
     await emit(ToolFinished(state.step, call.name, outcome, time.monotonic() - started))
     record = ToolCallRecord(
         state.step, call.name, "allowed", screened.record.reason, outcome, call.id
@@ -317,6 +322,11 @@ async def _run_calls(
             and call.id in state.started_calls
             and not screened.binding.idempotent
         ):
+            state.records.append(
+                ToolCallRecord(
+                    state.step, call.name, "allowed", screened.record.reason, "interrupted", call.id
+                )
+            )
             raise Interrupted(
                 f"tool {screened.binding.object_name!r} may have run before the restart and is "
                 "not idempotent; it was not repeated"
