@@ -1,0 +1,162 @@
+"""The `postgres` memory backend (psycopg 3, async), same contract as InMemoryBackend.
+
+All Memories share one table, isolated by their prefix:
+
+    ordo_memory(prefix, key, value, search tsvector GENERATED from key and value, updated_at)
+    PRIMARY KEY (prefix, key); GIN index on search
+
+The table and index are created when missing (under an advisory lock, so that concurrent
+first connections do not race). Search is PostgreSQL full text with the `simple`
+configuration (no stemming or stop words, like the in-memory backend): a row matches when it
+has ANY of the query's words (one `plainto_tsquery` per word, OR-ed), best `ts_rank` first,
+then key. Listing orders keys bytewise (`COLLATE "C"`). A dropped connection is reopened once
+per operation; failures reach the model as error tool results naming the error kind only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from ..engine.tooling import ToolFailure
+from .base import Entry, words
+
+T = TypeVar("T")
+
+TABLE = "ordo_memory"
+_LOCK_ID = 0x6F72646F  # "ordo"
+_SCHEMA = (
+    f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+        prefix text NOT NULL,
+        key text NOT NULL,
+        value text NOT NULL,
+        search tsvector GENERATED ALWAYS AS (to_tsvector('simple', key || ' ' || value)) STORED,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (prefix, key)
+    )""",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_search ON {TABLE} USING gin (search)",
+)
+_MAX_QUERY_WORDS = 32
+
+
+class MemoryBackendError(ConnectionError):
+    """The backend cannot be reached; the message carries no URL or password."""
+
+
+def _like_prefix(prefix: str) -> str:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
+class PostgresBackend:
+    """Memory in PostgreSQL, scoped to one prefix."""
+
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], url: str, password: str | None, prefix: str
+    ) -> None:
+        self._conn = connection
+        self._url = url
+        self._password = password
+        self._prefix = prefix
+
+    @staticmethod
+    async def _open(url: str, password: str | None) -> psycopg.AsyncConnection[Any]:
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
+        if password:
+            kwargs["password"] = password
+        try:
+            return await psycopg.AsyncConnection.connect(url, **kwargs)
+        except psycopg.Error as exc:
+            raise MemoryBackendError(
+                f"cannot connect to the postgres memory backend ({type(exc).__name__})"
+            ) from None
+
+    @classmethod
+    async def connect(cls, url: str, password: str | None, prefix: str) -> PostgresBackend:
+        if not url:
+            raise ValueError("a postgres Memory needs spec.url")
+        conn = await cls._open(url, password)
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+                for statement in _SCHEMA:
+                    await conn.execute(statement)  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            await conn.close()
+            raise MemoryBackendError(
+                f"cannot create the {TABLE} table ({type(exc).__name__})"
+            ) from None
+        return cls(conn, url, password, prefix)
+
+    async def _run(self, operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run one operation; reopen a dropped connection once."""
+        for attempt in (1, 2):
+            try:
+                if self._conn.closed:
+                    self._conn = await self._open(self._url, self._password)
+                return await operation(self._conn)
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or not self._conn.closed:
+                    raise ToolFailure(f"the memory backend failed ({type(exc).__name__})") from None
+            except MemoryBackendError as exc:
+                raise ToolFailure(f"the memory backend is unreachable ({exc})") from None
+            except psycopg.Error as exc:
+                raise ToolFailure(f"the memory backend failed ({type(exc).__name__})") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read(self, key: str) -> str | None:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> str | None:
+            cur = await conn.execute(
+                f"SELECT value FROM {TABLE} WHERE prefix = %s AND key = %s",  # type: ignore[arg-type]
+                (self._prefix, key),
+            )
+            row = await cur.fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(op)
+
+    async def write(self, key: str, value: str) -> None:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(
+                f"""INSERT INTO {TABLE} (prefix, key, value) VALUES (%s, %s, %s)
+                    ON CONFLICT (prefix, key)
+                    DO UPDATE SET value = EXCLUDED.value, updated_at = now()""",  # type: ignore[arg-type]
+                (self._prefix, key, value),
+            )
+
+        await self._run(op)
+
+    async def search(self, query: str, limit: int = 5) -> list[Entry]:
+        terms = list(dict.fromkeys(words(query)))[:_MAX_QUERY_WORDS]
+        if not terms:
+            return []
+        tsquery = " || ".join("plainto_tsquery('simple', %s)" for _ in terms)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Entry]:
+            cur = await conn.execute(
+                f"""SELECT key, value FROM {TABLE}, (SELECT {tsquery}) AS q(query)
+                    WHERE prefix = %s AND search @@ q.query
+                    ORDER BY ts_rank(search, q.query) DESC, key COLLATE "C"
+                    LIMIT %s""",  # type: ignore[arg-type]
+                (*terms, self._prefix, limit),
+            )
+            return [Entry(str(k), str(v)) for k, v in await cur.fetchall()]
+
+        return await self._run(op)
+
+    async def list(self, prefix: str = "", limit: int = 50) -> list[str]:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+            cur = await conn.execute(
+                f"""SELECT key FROM {TABLE}
+                    WHERE prefix = %s AND key LIKE %s ESCAPE '\\'
+                    ORDER BY key COLLATE "C" LIMIT %s""",  # type: ignore[arg-type]
+                (self._prefix, _like_prefix(prefix), limit),
+            )
+            return [str(row[0]) for row in await cur.fetchall()]
+
+        return await self._run(op)
+
+    async def close(self) -> None:
+        await self._conn.close()

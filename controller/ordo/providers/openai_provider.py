@@ -1,0 +1,220 @@
+"""OpenAI Chat Completions through the official `openai` SDK: providers `openai`,
+`azure-openai`, `openai-compatible` (vLLM, LiteLLM, ...) and `ollama`.
+
+Transcript mapping: system and user items become `system`/`user` messages; an assistant item
+becomes an `assistant` message with `tool_calls` (function name + the model's raw argument
+text); each tool result becomes a `role: tool` message with its `tool_call_id`.
+Structured output is requested with `response_format: json_schema` for openai and
+azure-openai; openai-compatible and ollama rely on the system-prompt instruction the engine
+adds (set `extraBody.response_format` to turn on a server's JSON mode).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from ..api import ModelEndpoint
+from ..engine.model import ModelError, ModelRequest, ModelResponse
+from ..engine.transcript import (
+    AssistantMessage,
+    Item,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from .retry import (
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    parse_retry_after,
+    safe_token,
+    status_failure,
+)
+
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "ollama": "http://localhost:11434/v1",
+}
+DEFAULT_AZURE_API_VERSION = "2024-10-21"
+NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
+"""Providers sent `response_format: json_schema` when the run has an output schema."""
+_NO_KEY = "no-key"
+"""The SDK insists on a key; keyless endpoints get this and the header is omitted."""
+
+
+def to_messages(items: list[Item] | tuple[Item, ...]) -> list[dict[str, Any]]:
+    """The transcript as Chat Completions messages."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, SystemMessage):
+            messages.append({"role": "system", "content": item.text})
+        elif isinstance(item, UserMessage):
+            messages.append({"role": "user", "content": item.text})
+        elif isinstance(item, AssistantMessage):
+            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            if item.tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": _argument_text(call)},
+                    }
+                    for call in item.tool_calls
+                ]
+            elif not item.text:
+                message["content"] = ""
+            messages.append(message)
+        elif isinstance(item, ToolResult):
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+    return messages
+
+
+def _argument_text(call: ToolCall) -> str:
+    if call.raw_arguments:
+        return call.raw_arguments
+    return json.dumps(call.arguments if call.arguments is not None else {})
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any] | None:
+    """Tool-call arguments as an object, or None when the text is not a JSON object.
+    An empty text is an empty object (some servers send it for argument-less calls)."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def classify(exc: Exception) -> Failure | None:
+    """An SDK exception as a content-free Failure (None: not an SDK error)."""
+    if isinstance(exc, openai.APIStatusError):
+        error_type = safe_token(exc.code) or safe_token(exc.type)
+        headers = dict(exc.response.headers) if exc.response is not None else None
+        return status_failure(exc.status_code, error_type, parse_retry_after(headers))
+    if isinstance(exc, openai.APITimeoutError):
+        return Failure(True, "the HTTP request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "unknown"
+        return Failure(True, f"connection error ({cause})")
+    if isinstance(exc, openai.OpenAIError | ValueError):
+        return Failure(False, f"unreadable response ({type(exc).__name__})")
+    return None
+
+
+class OpenAIModelClient:
+    """A ModelClient speaking Chat Completions."""
+
+    def __init__(self, endpoint: ModelEndpoint, api_key: str | None) -> None:
+        spec = endpoint.spec
+        self.provider: str = spec.provider
+        self.model: str = spec.effective_model()
+        self._spec = spec
+        self._policy = RetryPolicy.from_endpoint(endpoint)
+        self._keyless = not api_key
+        key = api_key or _NO_KEY
+        if spec.provider == "azure-openai":
+            if not spec.base_url:
+                raise ValueError(
+                    "azure-openai needs spec.baseUrl (https://<resource>.openai.azure.com)"
+                )
+            self._client: openai.AsyncOpenAI = openai.AsyncAzureOpenAI(
+                azure_endpoint=spec.base_url,
+                azure_deployment=spec.option("deployment", self.model),
+                api_version=spec.option("api_version", DEFAULT_AZURE_API_VERSION),
+                api_key=key,
+                max_retries=0,
+                timeout=self._policy.timeout,
+            )
+        else:
+            base_url = spec.base_url or DEFAULT_BASE_URLS.get(spec.provider)
+            if not base_url:
+                raise ValueError(f"provider {spec.provider} needs spec.baseUrl")
+            self._client = openai.AsyncOpenAI(
+                api_key=key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=self._policy.timeout,
+            )
+
+    def request_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of `chat.completions.create` for one request."""
+        spec = self._spec
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_messages(request.items),
+        }
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        for option, name in (("temperature", "temperature"), ("top_p", "top_p")):
+            value = spec.option(option)
+            if value is not None:
+                params[name] = value
+        max_tokens = spec.option("max_tokens")
+        if max_tokens is not None:
+            native = spec.provider in NATIVE_STRUCTURED_OUTPUT
+            params["max_completion_tokens" if native else "max_tokens"] = max_tokens
+        if request.output_schema is not None and spec.provider in NATIVE_STRUCTURED_OUTPUT:
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": request.output_schema, "strict": False},
+            }
+        if spec.extra_body:
+            params["extra_body"] = dict(spec.extra_body)
+        if self._keyless:
+            params["extra_headers"] = {"Authorization": openai.Omit()}
+        return params
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        params = self.request_params(request)
+
+        async def attempt(timeout: float) -> Any:
+            return await self._client.chat.completions.create(**params, timeout=timeout)
+
+        completion = await call_with_retries(
+            attempt, classify, self._policy, request.deadline, f"{self.provider} model call"
+        )
+        return self._response(completion)
+
+    def _response(self, completion: Any) -> ModelResponse:
+        choices = getattr(completion, "choices", None)
+        if not choices:
+            raise ModelError(f"{self.provider} model call: the response has no choices")
+        choice = choices[0]
+        message = choice.message
+        calls: list[ToolCall] = []
+        for n, call in enumerate(message.tool_calls or []):
+            function = getattr(call, "function", None)
+            if function is None:  # a custom (non-function) tool call: never offered
+                continue
+            raw = function.arguments or ""
+            calls.append(ToolCall(call.id or f"call_{n}", function.name, parse_arguments(raw), raw))
+        usage = completion.usage
+        return ModelResponse(
+            text=message.content or "",
+            tool_calls=tuple(calls),
+            usage=Usage(
+                (usage.prompt_tokens or 0) if usage else 0,
+                (usage.completion_tokens or 0) if usage else 0,
+            ),
+            finish_reason=choice.finish_reason or "",
+        )
+
+    async def close(self) -> None:
+        await self._client.close()

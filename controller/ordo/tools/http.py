@@ -1,0 +1,151 @@
+"""The `http` tool: one HTTP request per call, through httpx.
+
+- POST, PUT and PATCH send the model's arguments as the JSON body; GET and DELETE send them
+  as query parameters (scalars as text, lists repeated, objects as JSON).
+- `secretRef` → `<authHeader>: <authScheme> <secret>` (default `Authorization: Bearer ...`).
+- The Tool's `timeout` bounds the whole request; redirects are not followed; proxy settings
+  from the environment are not used (the SSRF guard must see the real destination).
+- At most 64 KiB of the response reaches the model; a longer one is cut and marked.
+- A non-2xx answer, a timeout or a connection failure is a ToolFailure: the model gets an
+  error result naming the status code or the failure kind, never the URL, headers or body.
+- Link-local and cloud-metadata destinations are refused unless `allowPrivateNetwork`
+  (see `netguard`); the request goes to the address that was checked.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from typing import Any
+
+import httpx
+
+from ..api import parse_duration
+from ..engine.resolve import ResolvedTool
+from ..engine.tooling import ToolFailure, ToolOutput
+from . import netguard
+
+MAX_RESPONSE_BYTES = 64 * 1024
+TRUNCATED_NOTE = f"\n[truncated: the response was longer than {MAX_RESPONSE_BYTES} bytes]"
+USER_AGENT = "ordo-http-tool"
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+QueryValue = str | int | float | bool | None
+
+
+def query_params(arguments: dict[str, Any]) -> list[tuple[str, QueryValue]]:
+    """Arguments as query parameters."""
+    params: list[tuple[str, QueryValue]] = []
+    for key, value in arguments.items():
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if item is None:
+                continue
+            if isinstance(item, bool):
+                params.append((key, "true" if item else "false"))
+            elif isinstance(item, str | int | float):
+                params.append((key, str(item)))
+            else:
+                params.append((key, json.dumps(item, separators=(",", ":"))))
+    return params
+
+
+async def read_capped(response: httpx.Response, limit: int = MAX_RESPONSE_BYTES) -> str:
+    """The response text, at most `limit` bytes of it, marked when cut."""
+    chunks: list[bytes] = []
+    size = 0
+    truncated = False
+    async for chunk in response.aiter_bytes():
+        if size + len(chunk) > limit:
+            chunks.append(chunk[: limit - size])
+            truncated = True
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    decoder = codecs.getincrementaldecoder(_encoding(response))(errors="replace")
+    text = decoder.decode(b"".join(chunks), final=not truncated)
+    return text + TRUNCATED_NOTE if truncated else text
+
+
+def _encoding(response: httpx.Response) -> str:
+    name = response.charset_encoding or "utf-8"
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        return "utf-8"
+    return name
+
+
+class HttpToolExecutor:
+    """Calls one http Tool."""
+
+    def __init__(self, resolved: ResolvedTool) -> None:
+        spec = resolved.tool.spec
+        if spec.http is None:
+            raise ValueError(f"Tool {resolved.tool.name!r} has no spec.http")
+        self._http = spec.http
+        self._secret = resolved.secret
+        self._timeout = parse_duration(spec.timeout)
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": "application/json, text/plain;q=0.9, */*;q=0.5",
+        }
+        headers.update(self._http.headers or {})
+        if self._secret is not None:
+            scheme = self._http.auth_scheme
+            headers[self._http.auth_header] = f"{scheme} {self._secret}" if scheme else self._secret
+        return headers
+
+    async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
+        http = self._http
+        url = httpx.URL(http.url)
+        headers = self.headers()
+        extensions: dict[str, Any] = {}
+        target = url
+        host = url.raw_host.decode("ascii")
+        try:
+            destination = await netguard.check(
+                host,
+                url.port or (443 if url.scheme == "https" else 80),
+                allow_private_network=http.allow_private_network,
+            )
+        except netguard.BlockedDestination as exc:
+            raise ToolFailure(f"refused: {exc}") from None
+        except OSError:
+            raise ToolFailure("the tool's host name did not resolve") from None
+        if not http.allow_private_network:
+            # Connect to the address that was checked; Host and TLS name stay the original.
+            target = url.copy_with(host=str(destination.addresses[0]))
+            headers.setdefault("Host", url.netloc.decode("ascii"))
+            if url.scheme == "https":
+                extensions["sni_hostname"] = host
+        method = http.method
+        try:
+            async with httpx.AsyncClient(
+                timeout=self._timeout, follow_redirects=False, trust_env=False
+            ) as client:
+                request = client.build_request(
+                    method,
+                    target,
+                    headers=headers,
+                    json=arguments if method in _BODY_METHODS else None,
+                    params=None if method in _BODY_METHODS else query_params(arguments),
+                    extensions=extensions,
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    if not response.is_success:
+                        raise ToolFailure(f"the tool endpoint answered HTTP {response.status_code}")
+                    text = await read_capped(response)
+                finally:
+                    await response.aclose()
+        except httpx.TimeoutException:
+            raise ToolFailure(
+                f"the tool endpoint did not answer within {self._timeout:g}s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ToolFailure(f"the request failed ({type(exc).__name__})") from None
+        return ToolOutput(text)

@@ -1,0 +1,148 @@
+"""The `mcp` tool: one tool of an MCP server, over streamable HTTP, through the official `mcp`
+client (`mcp.Client` on `streamable_http_client`).
+
+- `describe()` reads the server's tool list (all pages) and returns the tool's description
+  and `inputSchema`: the binding uses them when the Tool object does not set its own. A tool
+  the server does not list is an error (the run fails to set up: `InvalidSpec`).
+- A call opens a session, calls the tool, closes the session. Text blocks are joined (other
+  blocks are named, not forwarded; structured content is used when there is no text),
+  capped at 64 KiB; `isError: true` becomes an error result the model sees.
+- `secretRef` → `Authorization: Bearer <secret>`; `headers` are sent as given.
+- Link-local and cloud-metadata destinations are refused (see `netguard`).
+- Protocol and connection failures become ToolFailure with the failure kind only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from ..api import parse_duration
+from ..engine.resolve import ResolvedTool
+from ..engine.tooling import ToolFailure, ToolOutput
+from . import netguard
+from .http import MAX_RESPONSE_BYTES, TRUNCATED_NOTE
+
+MAX_PAGES = 50
+
+
+class McpToolNotFound(LookupError):
+    """The MCP server does not list the tool."""
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio task groups wrap errors)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def result_text(result: Any) -> str:
+    """The model-visible text of a CallToolResult."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        else:
+            parts.append(f"[{kind} content omitted]")
+    text = "\n".join(parts)
+    structured = getattr(result, "structured_content", None)
+    if (
+        not any(getattr(b, "type", "") == "text" for b in result.content or [])
+        and structured is not None
+    ):
+        text = json.dumps(structured)
+    data = text.encode()
+    if len(data) > MAX_RESPONSE_BYTES:
+        text = data[:MAX_RESPONSE_BYTES].decode("utf-8", "ignore") + TRUNCATED_NOTE
+    return text
+
+
+class McpToolExecutor:
+    """Calls one tool on an MCP server."""
+
+    def __init__(self, resolved: ResolvedTool) -> None:
+        spec = resolved.tool.spec
+        if spec.mcp is None:
+            raise ValueError(f"Tool {resolved.tool.name!r} has no spec.mcp")
+        self._url = spec.mcp.url
+        self.tool_name = spec.mcp.tool_name or resolved.tool.name
+        self._headers = dict(spec.mcp.headers or {})
+        if resolved.secret is not None:
+            self._headers["Authorization"] = f"Bearer {resolved.secret}"
+        self._timeout = parse_duration(spec.timeout)
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[Client]:
+        parts = urlsplit(self._url)
+        try:
+            await netguard.check(
+                parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+            )
+        except netguard.BlockedDestination as exc:
+            raise ToolFailure(f"refused: {exc}") from None
+        except OSError:
+            raise ToolFailure("the MCP server's host name did not resolve") from None
+        http = httpx2.AsyncClient(
+            headers=self._headers,
+            timeout=httpx2.Timeout(self._timeout),
+            trust_env=False,
+        )
+        async with (
+            http,
+            Client(
+                streamable_http_client(self._url, http_client=http),
+                read_timeout_seconds=self._timeout,
+                cache=None,
+            ) as client,
+        ):
+            yield client
+
+    async def describe(self) -> tuple[str, dict[str, Any]]:
+        """The tool's description and input schema, from the server's tool list."""
+        names: list[str] = []
+        try:
+            async with self._client() as client:
+                cursor: str | None = None
+                for _ in range(MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    for tool in page.tools:
+                        if tool.name == self.tool_name:
+                            return tool.description or "", dict(tool.input_schema)
+                        names.append(tool.name)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            raise ToolFailure(
+                f"listing the MCP server's tools failed ({type(_innermost(exc)).__name__})"
+            ) from None
+        listed = ", ".join(sorted(names)[:20]) or "none"
+        raise McpToolNotFound(
+            f"the MCP server does not list a tool {self.tool_name!r} (it lists: {listed})"
+        )
+
+    async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
+        try:
+            async with self._client() as client:
+                result = await client.call_tool(self.tool_name, arguments)
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            inner = _innermost(exc)
+            if isinstance(inner, ToolFailure):
+                raise inner from None
+            code = getattr(inner, "code", None)
+            detail = type(inner).__name__ + (f" {code}" if isinstance(code, int) else "")
+            raise ToolFailure(f"the MCP call failed ({detail})") from None
+        return ToolOutput(result_text(result), is_error=bool(result.is_error))
