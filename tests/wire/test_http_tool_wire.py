@@ -160,6 +160,22 @@ async def test_a_name_resolving_to_a_metadata_address_is_refused(
         await executor("http://tools.example.internal/search")({})
 
 
+async def test_every_checked_address_is_tried_in_order(
+    http_tool_server: HttpToolServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name with two addresses, the first refusing connections (nothing listens on
+    # 127.0.0.2): the call reaches the second, with the original Host header.
+    import ipaddress
+
+    async def two_addresses(host: str, port: int) -> tuple[Any, ...]:
+        return (ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1"))
+
+    monkeypatch.setattr(netguard, "resolve", two_addresses)
+    out = await executor(f"http://dual.example:{http_tool_server.port}/echo")({"q": 1})
+    assert json.loads(out.content)["host"] == f"dual.example:{http_tool_server.port}"
+    assert http_tool_server.count == 1
+
+
 async def test_allow_private_network_lets_link_local_through() -> None:
     # Allowed: the guard does not refuse, the (unreachable) address just does not answer.
     with pytest.raises(ToolFailure) as caught:

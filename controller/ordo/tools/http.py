@@ -99,43 +99,53 @@ class HttpToolExecutor:
             headers[self._http.auth_header] = f"{scheme} {self._secret}" if scheme else self._secret
         return headers
 
-    async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
-        http = self._http
-        url = httpx.URL(http.url)
-        headers = self.headers()
-        extensions: dict[str, Any] = {}
-        target = url
+    async def _targets(self, url: httpx.URL) -> list[httpx.URL]:
+        """The URLs to try, in order: with the guard on, one per checked address."""
+        if self._http.allow_private_network:
+            return [url]
         host = url.raw_host.decode("ascii")
         try:
             destination = await netguard.check(
-                host,
-                url.port or (443 if url.scheme == "https" else 80),
-                allow_private_network=http.allow_private_network,
+                host, url.port or (443 if url.scheme == "https" else 80)
             )
         except netguard.BlockedDestination as exc:
             raise ToolFailure(f"refused: {exc}") from None
         except OSError:
             raise ToolFailure("the tool's host name did not resolve") from None
-        if not http.allow_private_network:
-            # Connect to the address that was checked; Host and TLS name stay the original.
-            target = url.copy_with(host=str(destination.addresses[0]))
+        return [url.copy_with(host=str(address)) for address in destination.addresses]
+
+    async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
+        url = httpx.URL(self._http.url)
+        targets = await self._targets(url)
+        headers = self.headers()
+        extensions: dict[str, Any] = {}
+        if not self._http.allow_private_network:
+            # Connect to the checked addresses; Host and the TLS name stay the original.
             headers.setdefault("Host", url.netloc.decode("ascii"))
             if url.scheme == "https":
-                extensions["sni_hostname"] = host
-        method = http.method
+                extensions["sni_hostname"] = url.raw_host.decode("ascii")
+        method = self._http.method
+        body = method in _BODY_METHODS
         try:
             async with httpx.AsyncClient(
                 timeout=self._timeout, follow_redirects=False, trust_env=False
             ) as client:
-                request = client.build_request(
-                    method,
-                    target,
-                    headers=headers,
-                    json=arguments if method in _BODY_METHODS else None,
-                    params=None if method in _BODY_METHODS else query_params(arguments),
-                    extensions=extensions,
-                )
-                response = await client.send(request, stream=True)
+                for n, target in enumerate(targets, start=1):
+                    request = client.build_request(
+                        method,
+                        target,
+                        headers=headers,
+                        json=arguments if body else None,
+                        params=None if body else query_params(arguments),
+                        extensions=extensions,
+                    )
+                    try:
+                        response = await client.send(request, stream=True)
+                    except httpx.ConnectError:
+                        if n < len(targets):
+                            continue  # the next address of the same name
+                        raise
+                    break
                 try:
                     if not response.is_success:
                         raise ToolFailure(f"the tool endpoint answered HTTP {response.status_code}")
