@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from aiohttp import web
@@ -314,7 +314,7 @@ class ScriptedServer:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return runner
 
-    def start(self) -> ScriptedServer:
+    def start(self) -> Self:
         """Serve from a background thread (returns once the port is bound)."""
         ready = threading.Event()
         errors: list[BaseException] = []
@@ -346,7 +346,7 @@ class ScriptedServer:
             self._thread.join(10)
             self._thread = None
 
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

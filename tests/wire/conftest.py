@@ -34,7 +34,6 @@ def openai_server() -> Iterator[Callable[..., OpenAIServer]]:
     def start(script: Script | None = None, **kw: Any) -> OpenAIServer:
         server = OpenAIServer(script, **kw).start()
         started.append(server)
-        assert isinstance(server, OpenAIServer)
         return server
 
     yield start
@@ -49,7 +48,6 @@ def anthropic_server() -> Iterator[Callable[..., AnthropicServer]]:
     def start(script: Script | None = None, **kw: Any) -> AnthropicServer:
         server = AnthropicServer(script, **kw).start()
         started.append(server)
-        assert isinstance(server, AnthropicServer)
         return server
 
     yield start
