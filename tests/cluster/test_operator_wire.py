@@ -367,3 +367,51 @@ def test_canaries_never_leak(
         for where, text in checked.items():
             for canary in (KEY, prompt_canary, answer_canary, args_canary, result_canary):
                 assert canary not in text, f"{canary} leaked into {where}"
+
+
+@pytest.mark.slow
+def test_two_replicas_execute_each_task_once(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Two standalone operators on one namespace: conditional claims and execution leases
+    mean every Task runs once; killing the replica that runs a Task hands it to the other."""
+    first = (
+        OperatorProcess(control_plane, namespace, tmp_path / "a").start()
+        if (tmp_path / "a").mkdir() is None
+        else None
+    )
+    second = (
+        OperatorProcess(control_plane, namespace, tmp_path / "b").start()
+        if (tmp_path / "b").mkdir() is None
+        else None
+    )
+    assert first is not None and second is not None
+    script = {
+        "*": [
+            {"tool_calls": [{"name": "place-order", "arguments": {"item": "w"}}], "delay": 0.2},
+            {"text": "ordered"},
+        ]
+    }
+    try:
+        with (
+            CountingTool() as tool,
+            OpenAIServer(None, fallback={"auto": True, "delay": 0.2}) as model,
+        ):
+            _ = script
+            for doc in (
+                secret(namespace),
+                endpoint("openai-compatible", model.url + "/v1"),
+                http_tool("place-order", tool.url),
+                agent(["place-order"]),
+            ):
+                apply(control_plane, namespace, doc)
+            apply(control_plane, namespace, "\n---\n".join(task(f"t{i:02d}") for i in range(20)))
+            for i in range(20):
+                status = wait_task(control_plane, namespace, f"t{i:02d}", timeout=120)["status"]
+                assert status["phase"] == "Succeeded", status
+            assert tool.count == 20  # one side effect per Task, never two
+            executions = [t["status"]["executionId"] for t in tasks(control_plane, namespace)]
+            assert len(set(executions)) == 20
+    finally:
+        first.stop()
+        second.stop()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,13 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """`ordo operator -n NS` in a subprocess; logs go to a file the test can read."""
+    """`ordo operator -n NS` in a subprocess; logs go to a file the test can read.
+
+    ``kubeconfig`` makes the operator authenticate with that kubeconfig instead of the admin
+    one (e.g. ``control_plane.service_account_kubeconfig(...)``, so RBAC applies).
+    ``scope`` replaces ``-n NS`` (e.g. ``["--all-namespaces"]`` or the flags of a rendered
+    Deployment); ``namespace`` then only names the log file.
+    """
 
     def __init__(
         self,
@@ -35,14 +41,19 @@ class OperatorProcess:
         log_dir: Path,
         *args: str,
         env: dict[str, str] | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        scope: Sequence[str] | None = None,
     ) -> None:
         self.cp = control_plane
         self.namespace = namespace
         self.args = list(args)
+        self.scope = ["-n", namespace] if scope is None else list(scope)
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.log_path = log_dir / f"operator-{namespace}.log"
         self.env = control_plane.env(env or os.environ)
+        if kubeconfig is not None:
+            self.env["KUBECONFIG"] = str(kubeconfig)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -54,8 +65,7 @@ class OperatorProcess:
             "-m",
             "ordo.cli",
             "operator",
-            "-n",
-            self.namespace,
+            *self.scope,
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",

@@ -30,6 +30,7 @@ class OperatorConfig:
     health_port: int | None = 8081
     resync_seconds: float = 60.0
     keep_checkpoints: bool = False
+    lease_seconds: float = 30.0
     peering: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -56,6 +57,12 @@ def _login(**_: Any) -> kopf.ConnectionInfo:
 async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     cfg = STATE.config
     settings.posting.enabled = False  # ordo posts its own, sanitised Events
+    # Serve the namespaces given on the command line (or all) and the ordo CRDs present at
+    # startup. Without this kopf lists and watches Namespaces and CRDs cluster-wide, which the
+    # least-privilege RBAC does not grant (a namespaced install has no ClusterRole at all):
+    # it retries the forbidden requests for about a minute before serving any Task. Install
+    # or upgrade the CRDs before the operator (docs/operations.md).
+    settings.scanning.disabled = True
     settings.persistence.finalizer = "ordo.dev/kopf"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ordo.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="ordo.dev")
@@ -70,7 +77,9 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.client.on_request = lambda verb: metrics.kube_requests.labels(verb).inc()
     STATE.scheduler = TaskScheduler(
         STATE.client,
-        settings=SchedulerSettings(cfg.max_concurrent_tasks, cfg.keep_checkpoints),
+        settings=SchedulerSettings(
+            cfg.max_concurrent_tasks, cfg.keep_checkpoints, cfg.lease_seconds
+        ),
         metrics=STATE.metrics,
         **cfg.extra,
     )

@@ -45,6 +45,8 @@ class ApiError(Exception):
 def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
     if kind in KINDS:
         base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{KINDS[kind].plural}"
+    elif kind == "Lease":
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     elif kind in CORE:
         base = f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
     else:
@@ -213,9 +215,15 @@ class KubeClient:
         )
         return result
 
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None:
+        """Delete; with `resource_version`, only if the object was not changed since (else 409)."""
+        options = (
+            {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
+        )
         try:
-            await self._request("delete", "DELETE", path(kind, namespace, name))
+            await self._request("delete", "DELETE", path(kind, namespace, name), json=options)
         except ApiError as exc:
             if not exc.not_found:
                 raise

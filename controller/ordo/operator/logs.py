@@ -51,7 +51,7 @@ def configure(fmt: str = "json", level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     # Libraries that could log request details stay at WARNING.
-    for noisy in ("httpx", "httpcore", "openai", "anthropic", "mcp", "aiohttp.access"):
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "anthropic", "mcp", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if level != "DEBUG":
         # kopf logs every handled event at INFO ("Handler ... succeeded"): keep its warnings.

@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep each Task's checkpoint ConfigMap after it ends",
     )
     parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=30.0,
+        help="execution lease of a running Task (default 30): after a crash, another "
+        "process resumes the Task once the lease expires",
+    )
+    parser.add_argument(
         "--resync-seconds",
         type=float,
         default=60.0,
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         health_port=args.health_port or None,
         resync_seconds=args.resync_seconds,
         keep_checkpoints=args.keep_checkpoints,
+        lease_seconds=args.lease_seconds,
         peering=args.peering,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None}

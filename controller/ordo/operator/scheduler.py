@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from . import logs
 from .checkpoint import CheckpointStore
 from .conditions import now, set_condition
 from .kube import ApiError, KubeClient
+from .lease import ExecutionLease
 from .metrics import Metrics
 from .recorder import EventRecorder
 from .store import KubeStore
@@ -52,6 +54,8 @@ class SchedulerSettings:
     """Tasks executing at once in this process; the rest wait Pending."""
     keep_checkpoints: bool = False
     """Keep the checkpoint ConfigMap after a Task ends (for debugging / replay)."""
+    lease_seconds: float = 30.0
+    """Execution lease duration: how long after a crash another process may resume a Task."""
 
 
 @dataclass
@@ -80,6 +84,8 @@ class TaskScheduler:
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._housekeeping: set[asyncio.Task[None]] = set()
         self.running = 0
+        self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        """This process, as the holder of execution leases."""
 
     # -- the kopf-facing entry point ------------------------------------------------------
 
@@ -134,6 +140,8 @@ class TaskScheduler:
         self.metrics.pending.inc()
         waiting = True
         try:
+            if not await self._wait_for_other_holder(namespace, name):
+                return
             if self._capacity.locked() and not job.cancel.is_set():
                 await self._mark_waiting(namespace, name)
             acquired = await self._acquire(job.cancel)
@@ -156,6 +164,26 @@ class TaskScheduler:
             if waiting:
                 self.metrics.pending.dec()
             self._jobs.pop(uid, None)
+
+    async def _wait_for_other_holder(self, namespace: str, name: str) -> bool:
+        """A `Running` Task may be executing in another process: wait until its execution
+        lease expires. False if the Task is gone or ended meanwhile."""
+        while True:
+            body = await self.client.get("Task", namespace, name)
+            if body is None:
+                return False
+            phase = (body.get("status") or {}).get("phase")
+            if phase != "Running":
+                return phase not in TERMINAL_PHASES
+            lease = ExecutionLease(self.client, body, self.identity, self.settings.lease_seconds)
+            remaining = await lease.held_elsewhere()
+            if remaining <= 0:
+                return True
+            log.info(
+                "task is held by another execution; waiting for its lease",
+                extra={"ordo": {"seconds": round(remaining, 1)}},
+            )
+            await asyncio.sleep(remaining + 0.2)
 
     async def _acquire(self, cancel: asyncio.Event) -> bool:
         """Wait for capacity, or for a cancel request (which needs no capacity)."""
@@ -235,9 +263,21 @@ class TaskScheduler:
             claimed = await self._claim(body, resuming)
         if claimed is None:
             return
-        body, execution_id = claimed
+        body, execution_id, lease = claimed
         logs.bind(executionId=execution_id, agent=task.spec.agent_ref)
-        await self._run(body, task, execution_id, resuming, job)
+        current = asyncio.current_task()
+
+        def lost() -> None:
+            log.warning("execution lease taken over by another process; stopping this run")
+            if current is not None:
+                current.cancel()
+
+        renewer = asyncio.create_task(lease.renew_until_cancelled(lost))
+        try:
+            await self._run(body, task, execution_id, resuming, job)
+        finally:
+            renewer.cancel()
+            await lease.release()
 
     async def _duplicate_of(self, body: dict[str, Any]) -> str | None:
         """The name of an earlier Task with the same idempotencyKey, if any. A Task that was
@@ -261,8 +301,9 @@ class TaskScheduler:
 
     async def _claim(
         self, body: dict[str, Any], resuming: bool
-    ) -> tuple[dict[str, Any], str] | None:
-        """Add the finalizer and write the claim, both conditional on resourceVersion."""
+    ) -> tuple[dict[str, Any], str, ExecutionLease] | None:
+        """Add the finalizer, take the execution lease, and write the claim; the writes are
+        conditional (resourceVersion), so of two racing processes one claims, one backs off."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         for _ in range(5):
@@ -285,6 +326,11 @@ class TaskScheduler:
                     status.get("phase") == "Running" and not resuming
                 ):
                     return None  # someone else claimed or finished it meanwhile
+                lease = ExecutionLease(
+                    self.client, body, self.identity, self.settings.lease_seconds
+                )
+                if not await lease.acquire():
+                    return None  # another process holds a live lease on this Task
                 execution_id = uuid.uuid4().hex[:12]
                 conditions = set_condition(
                     status.get("conditions"),
@@ -312,7 +358,7 @@ class TaskScheduler:
                     },
                 }
                 body = await self.client.patch("Task", ns, name, claim, status=True)
-                return body, execution_id
+                return body, execution_id, lease
             except ApiError as exc:
                 if not exc.conflict:
                     raise
