@@ -125,6 +125,14 @@ async def execute(
     )
 
 
+async def _close(resource: object) -> None:
+    close = getattr(resource, "close", None)
+    if close is not None:
+        outcome = close()
+        if asyncio.iscoroutine(outcome):
+            await outcome
+
+
 async def run_snapshot(
     snapshot: Snapshot,
     *,
@@ -134,14 +142,15 @@ async def run_snapshot(
     model_factory: ModelFactory = default_model_factory,
 ) -> TaskOutcome:
     """Run a resolved snapshot (the operator resolves first to compare with a checkpoint)."""
+    model = model_factory(snapshot)
     try:
-        model = model_factory(snapshot)
         tools, closers = await tool_bindings(snapshot)
-    except Exception as exc:  # a tool or memory backend that cannot be set up
+    except Exception as exc:  # an MCP server or memory backend that cannot be reached
+        await _close(model)
         return TaskOutcome(
             "Failed",
-            "InvalidSpec",
-            f"setting up the run failed: {type(exc).__name__}: {exc}",
+            "ToolError",
+            f"a tool or the memory backend could not be set up: {type(exc).__name__}: {exc}"[:1024],
             snapshot=snapshot,
         )
     try:
@@ -151,4 +160,5 @@ async def run_snapshot(
     finally:
         for closer in closers:
             await closer.close()
+        await _close(model)
     return TaskOutcome(result.phase, result.reason, result.message, result, snapshot)
