@@ -415,3 +415,67 @@ def test_two_replicas_execute_each_task_once(
     finally:
         first.stop()
         second.stop()
+
+
+def test_mcp_tool_ready_and_called(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    from tests.support.mcp_server import McpTestServer
+
+    def mcp_tool(name: str, url: str, remote: str) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "ordo.dev/v1alpha1",
+                "kind": "Tool",
+                "metadata": {"name": name},
+                "spec": {
+                    "type": "mcp",
+                    "mcp": {"url": url, "toolName": remote},
+                    "idempotent": True,
+                },
+            }
+        )
+
+    def ready(name: str) -> dict[str, Any] | None:
+        body = get_json(control_plane, "tool", name, "-n", namespace)
+        return next(
+            (c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
+            None,
+        )
+
+    with (
+        McpTestServer() as server,
+        OpenAIServer(
+            [
+                {"tool_calls": [{"name": "echo", "arguments": {"text": "hello"}, "id": "c1"}]},
+                {"text": "echoed"},
+            ],
+            require_key=KEY,
+        ) as model,
+    ):
+        mcp_url = server.url
+        for doc in (
+            secret(namespace),
+            endpoint("openai-compatible", model.url + "/v1"),
+            mcp_tool("echo", mcp_url, "echo"),
+            mcp_tool("missing", mcp_url, "no-such-tool"),
+            agent(["echo"]),
+        ):
+            apply(control_plane, namespace, doc)
+        good = wait_for(
+            lambda: (c := ready("echo")) and c["status"] == "True" and c, 30, what="mcp Tool Ready"
+        )
+        assert good["reason"] == "Listed"
+        bad = wait_for(
+            lambda: (c := ready("missing")) and c["status"] == "False" and c,
+            30,
+            what="mcp Tool not Ready",
+        )
+        assert "no-such-tool" in bad["message"]
+        apply(control_plane, namespace, task("say"))
+        status = wait_task(control_plane, namespace, "say")["status"]
+        assert (status["phase"], status["output"]) == ("Succeeded", "echoed"), status
+        assert server.calls["echo"] == 1
+        # The tool's schema came from the server's tool list.
+        offered = model.bodies[0]["tools"][0]["function"]
+        assert offered["name"] == "echo" and "text" in offered["parameters"]["properties"]
