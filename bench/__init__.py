@@ -1,0 +1,1 @@
+"""ordo benchmarks (see bench/README.md)."""
