@@ -1,5 +1,5 @@
-// Builds helm for the chart tests (helm lint / helm template); see ../controlplane/README.md
-// and docs/development.md. Nothing here is Go code of ours.
+// Builds helm for the chart tests (helm lint / helm template); see README.md here and the
+// helm section of docs/development.md. Nothing here is Go code of ours.
 module ordo.dev/tools/helm
 
 go 1.26.0
