@@ -340,3 +340,37 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
     assert checked == 8
+
+
+# -- user docs: relative links and anchors resolve -------------------------------------------
+
+USER_DOCS = ("concepts", "quickstart", "governance", "operations", "security", "comparison")
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    anchors = set()
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not line.startswith("#"):
+            continue
+        title = line.lstrip("#").strip().lower()
+        slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+@pytest.mark.parametrize("name", USER_DOCS)
+def test_user_doc_links_resolve(name: str) -> None:
+    doc = ROOT / "docs" / f"{name}.md"
+    links = re.findall(r"\]\(([^)\s]+)\)", doc.read_text())
+    relative = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert relative, f"{doc} links to no other page"
+    for link in relative:
+        target, _, anchor = link.partition("#")
+        path = (doc.parent / target).resolve() if target else doc
+        assert path.exists(), f"{doc.name}: {link} does not exist"
+        if anchor:
+            assert anchor in _anchors(path), f"{doc.name}: no heading for #{anchor} in {path.name}"
