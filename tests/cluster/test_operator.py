@@ -109,11 +109,28 @@ def test_quickstart_succeeds_with_events_and_cleanup(
     assert status["toolCalls"][0]["tool"] == "web-search"
     assert status["toolCalls"][0]["decision"] == "allowed"
     assert status["observedGeneration"] == task["metadata"]["generation"]
-    assert "ordo.dev/run" not in (task["metadata"].get("finalizers") or [])
+    # The finalizer and the checkpoint go right after the terminal status is written.
+    wait_for(
+        lambda: (
+            "ordo.dev/run"
+            not in (
+                get_json(control_plane, "task", "research-operators", "-n", namespace)[
+                    "metadata"
+                ].get("finalizers")
+                or []
+            )
+        ),
+        15,
+        what="finalizer released",
+    )
     reasons = [e["reason"] for e in events(control_plane, namespace, "research-operators")]
     assert "Started" in reasons and "Succeeded" in reasons
     # The checkpoint ConfigMap is removed when the Task ends.
-    assert not get_json(control_plane, "configmaps", "-n", namespace)["items"]
+    wait_for(
+        lambda: not get_json(control_plane, "configmaps", "-n", namespace)["items"],
+        15,
+        what="checkpoint deleted",
+    )
     # Referring objects are Ready.
     agent = wait_for(
         lambda: _ready(control_plane, namespace, "agent", "research-agent"), 30, what="Agent Ready"

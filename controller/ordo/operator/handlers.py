@@ -31,6 +31,7 @@ class OperatorConfig:
     resync_seconds: float = 60.0
     keep_checkpoints: bool = False
     lease_seconds: float = 30.0
+    namespaces: list[str] = field(default_factory=list)
     peering: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +86,7 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     STATE.readiness = ReadinessReconciler(STATE.client)
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
+    STATE.health.namespaces = list(cfg.namespaces)
     await STATE.health.start()
     STATE.resync = asyncio.create_task(_resync_loop(cfg.resync_seconds))
     log.info("operator started", extra={"ordo": {"maxConcurrentTasks": cfg.max_concurrent_tasks}})

@@ -4,6 +4,7 @@ operator's event loop)."""
 from __future__ import annotations
 
 import contextlib
+import time
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,6 +27,9 @@ class HealthServer:
         self._ports = (health_port, metrics_port)
         self._host = host
         self._runners: list[web.AppRunner] = []
+        self.namespaces: list[str] = []
+        """Watched namespaces (empty: all), probed by /readyz."""
+        self._ready_until = 0.0
         self.watching = False
         """Set once the first Task watch event arrived (or the first list completed)."""
 
@@ -33,12 +37,20 @@ class HealthServer:
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
+        """Ready when this identity can list Tasks where it watches (API reachable and RBAC
+        in place); the answer is cached for a few seconds."""
+        now = time.monotonic()
+        if self._ready_until > now:
+            return web.Response(text="ok\n")
         try:
-            await self._client.version()
+            scopes: list[str | None] = list(self.namespaces) or [None]
+            for namespace in scopes:
+                await self._client.list_tasks_probe(namespace)
         except Exception as exc:
-            return web.Response(
-                status=503, text=f"kube-apiserver unreachable: {type(exc).__name__}\n"
-            )
+            status = getattr(exc, "status", None)
+            why = f"HTTP {status}" if status else type(exc).__name__
+            return web.Response(status=503, text=f"cannot list Tasks: {why}\n")
+        self._ready_until = now + 5.0
         return web.Response(text="ok\n")
 
     async def _metrics_handler(self, _: web.Request) -> web.Response:

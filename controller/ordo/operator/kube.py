@@ -242,6 +242,11 @@ class KubeClient:
         )
         return result
 
+    async def list_tasks_probe(self, namespace: str | None) -> None:
+        """List at most one Task (in `namespace`, or across all): a cheap RBAC-aware probe."""
+        url = path("Task", namespace) if namespace else f"/apis/{GROUP}/{VERSION}/tasks"
+        await self._request("list", "GET", url, params={"limit": "1"})
+
     async def version(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("get", "GET", "/version")
         return result

@@ -37,6 +37,10 @@ class JsonFormatter(logging.Formatter):
             entry.update(extra)
         if record.exc_info and record.exc_info[0] is not None:
             entry["error"] = record.exc_info[0].__name__
+            status = getattr(record.exc_info[1], "status", None)
+            if isinstance(status, int):
+                entry["errorStatus"] = status
+                entry["errorReason"] = str(getattr(record.exc_info[1], "reason", ""))
         return json.dumps(entry, default=str)
 
 

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         keep_checkpoints=args.keep_checkpoints,
         lease_seconds=args.lease_seconds,
+        namespaces=list(args.namespace or []),
         peering=args.peering,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None}

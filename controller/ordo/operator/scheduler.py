@@ -45,6 +45,8 @@ from .recorder import EventRecorder
 from .store import KubeStore
 
 FINALIZER = "ordo.dev/run"
+RETRY_FIRST_SECONDS = 2.0
+RETRY_MAX_SECONDS = 60.0
 log = logging.getLogger("ordo.operator")
 
 
@@ -136,7 +138,30 @@ class TaskScheduler:
     # -- one job per Task -----------------------------------------------------------------
 
     async def _job(self, uid: str, namespace: str, name: str, job: Job) -> None:
+        """Process one Task; on an unexpected error (API refused, network), retry with
+        backoff rather than wait for a watch event that may never come."""
         logs.bind(namespace=namespace, task=name)
+        backoff = RETRY_FIRST_SECONDS
+        try:
+            while True:
+                try:
+                    await self._attempt(namespace, name, job)
+                    return
+                except asyncio.CancelledError:
+                    return
+                except Exception as exc:
+                    status = getattr(exc, "status", None)
+                    log.error(
+                        "task job failed; retrying",
+                        exc_info=True,
+                        extra={"ordo": {"errorStatus": status, "retryInSeconds": backoff}},
+                    )
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, RETRY_MAX_SECONDS)
+        finally:
+            self._jobs.pop(uid, None)
+
+    async def _attempt(self, namespace: str, name: str, job: Job) -> None:
         self.metrics.pending.inc()
         waiting = True
         try:
@@ -156,14 +181,9 @@ class TaskScheduler:
                 self.metrics.running.dec()
                 if acquired:
                     self._capacity.release()
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("task job failed; it will be retried on the next event")
         finally:
             if waiting:
                 self.metrics.pending.dec()
-            self._jobs.pop(uid, None)
 
     async def _wait_for_other_holder(self, namespace: str, name: str) -> bool:
         """A `Running` Task may be executing in another process: wait until its execution
