@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import tempfile
 import time
@@ -112,6 +113,15 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _by_verb(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
     verbs: dict[str, float] = {}
     for labels, value in metrics.get("ordo_kube_api_requests_total", {}).items():
@@ -133,6 +143,8 @@ class Row:
     requests_per_task: dict[str, float] = field(default_factory=dict)
     model_calls_per_task: float = 0.0
     max_running: int = 0
+    cpu_ms_per_task: dict[str, float] = field(default_factory=dict)
+    """CPU milliseconds per Task of the operator, kube-apiserver and etcd over the run."""
 
     @property
     def total_per_task(self) -> float:
@@ -185,6 +197,9 @@ def run(
             try:
                 time.sleep(1.0)  # let the first resync of the Agent/Tools settle
                 before = _by_verb(parse_metrics(op.metrics()))
+                assert op.proc is not None
+                pids = {"operator": op.proc.pid, **cp.pids}
+                cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                 calls_before = server.stats()["model_calls"]
                 t0 = time.monotonic()
                 cp.kubectl("create", "-f", "-", input=json.dumps(task_list(namespace, count)))
@@ -201,6 +216,10 @@ def run(
                         break
                     time.sleep(0.2)
                 wall = time.monotonic() - t0
+                cpu_used = {
+                    name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / count
+                    for name, pid in pids.items()
+                }
                 time.sleep(0.5)  # the finalizer release follows the terminal status
                 after = _by_verb(parse_metrics(op.metrics()))
                 calls = server.stats()["model_calls"] - calls_before
@@ -223,13 +242,15 @@ def run(
                 {k: v for k, v in per_task.items() if v},
                 calls / count,
                 max_running,
+                cpu_used,
             )
             rows.append(row)
             log(
                 f"  {count} Tasks, bound {bound}: {wall:.1f} s ({row.ratio:.2f}x ideal "
                 f"{ideal:.1f} s; creating them took {created:.1f} s), "
                 f"{row.succeeded}/{count} Succeeded, {row.total_per_task:.1f} API requests per "
-                f"Task ({row.status_patches_per_task:.1f} status patches)"
+                f"Task ({row.status_patches_per_task:.1f} status patches); CPU ms per Task: "
+                + ", ".join(f"{k} {v:.0f}" for k, v in cpu_used.items())
             )
             if done < count:
                 log(f"  timed out after {timeout:.0f} s with {done:.0f}/{count} terminal")

@@ -128,6 +128,6 @@ def test_quick_operator(tmp_path: Path) -> None:
     markdown = out.read_text()
     assert "## 3. Operator" in markdown
     tables = _tables(markdown)
-    assert len(tables) == 2  # targets, operator
+    assert len(tables) == 4  # targets, throughput, API requests by verb, CPU per process
     for table in tables:
         _assert_well_formed(table)
