@@ -28,6 +28,7 @@ from ..engine.transcript import (
     Usage,
     UserMessage,
 )
+from ..tls import shared_ssl_context
 from .retry import (
     Failure,
     RetryPolicy,
@@ -128,6 +129,9 @@ class AnthropicModelClient:
             base_url=base_url,
             max_retries=0,
             timeout=self._policy.timeout,
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                timeout=self._policy.timeout, verify=shared_ssl_context()
+            ),
         )
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import ssl
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
@@ -32,6 +30,7 @@ from ..engine.transcript import (
     Usage,
     UserMessage,
 )
+from ..tls import shared_ssl_context
 from .retry import (
     Failure,
     RetryPolicy,
@@ -50,20 +49,6 @@ NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
 """Providers sent `response_format: json_schema` when the run has an output schema."""
 _NO_KEY = "no-key"
 """The SDK insists on a key; keyless endpoints get this and the header is omitted."""
-
-
-_SSL_CONTEXT: ssl.SSLContext | None = None
-
-
-def shared_ssl_context() -> ssl.SSLContext:
-    """The TLS context every client of this process uses. The SDK's default HTTP client builds
-    its own, loading the CA bundle each time: about 20 ms of CPU and 0.8 MiB of memory per
-    model client, i.e. per Task. Built the way httpx2 builds its default (certifi, or
-    SSL_CERT_FILE / SSL_CERT_DIR when set), once."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = httpx2.create_ssl_context()
-    return _SSL_CONTEXT
 
 
 class _HttpClient(openai.DefaultAsyncHttpxClient):

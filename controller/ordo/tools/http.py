@@ -23,6 +23,7 @@ import httpx
 from ..api import parse_duration
 from ..engine.resolve import ResolvedTool
 from ..engine.tooling import ToolFailure, ToolOutput
+from ..tls import shared_ssl_context
 from . import netguard
 
 MAX_RESPONSE_BYTES = 64 * 1024
@@ -128,7 +129,10 @@ class HttpToolExecutor:
         body = method in _BODY_METHODS
         try:
             async with httpx.AsyncClient(
-                timeout=self._timeout, follow_redirects=False, trust_env=False
+                timeout=self._timeout,
+                follow_redirects=False,
+                trust_env=False,
+                verify=shared_ssl_context(),
             ) as client:
                 for n, target in enumerate(targets, start=1):
                     request = client.build_request(
