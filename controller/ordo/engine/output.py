@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -101,7 +102,14 @@ def parse(text: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_schema(schema: dict[str, Any]) -> str | None:
-    """None if `schema` is a usable JSON Schema, else why not."""
+    """None if `schema` is a usable JSON Schema, else why not. Memoised: the same Tool and
+    output schemas are checked for every Task (a metaschema check costs milliseconds)."""
+    return _check_schema_text(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_schema_text(text: str) -> str | None:
+    schema = json.loads(text)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:

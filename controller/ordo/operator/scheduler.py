@@ -165,17 +165,22 @@ class TaskScheduler:
         self.metrics.pending.inc()
         waiting = True
         try:
-            if not await self._wait_for_other_holder(namespace, name):
+            body = await self._wait_for_other_holder(namespace, name)
+            if body is None:
                 return
-            if self._capacity.locked() and not job.cancel.is_set():
-                await self._mark_waiting(namespace, name)
+            must_wait = self._capacity.locked()
+            if must_wait and not job.cancel.is_set():
+                await self._mark_waiting(body)
             acquired = await self._acquire(job.cancel)
             self.metrics.pending.dec()
             waiting = False
             try:
                 self.running += 1
                 self.metrics.running.inc()
-                await self._process(namespace, name, job)
+                # After a wait for capacity the Task may have changed: read it again.
+                fresh = await self.client.get("Task", namespace, name) if must_wait else body
+                if fresh is not None:
+                    await self._process(fresh, job)
             finally:
                 self.running -= 1
                 self.metrics.running.dec()
@@ -185,20 +190,20 @@ class TaskScheduler:
             if waiting:
                 self.metrics.pending.dec()
 
-    async def _wait_for_other_holder(self, namespace: str, name: str) -> bool:
-        """A `Running` Task may be executing in another process: wait until its execution
-        lease expires. False if the Task is gone or ended meanwhile."""
+    async def _wait_for_other_holder(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Task, once no other process holds it: a `Running` Task may be executing
+        elsewhere, so wait until its execution lease expires. None if it is gone or ended."""
         while True:
             body = await self.client.get("Task", namespace, name)
             if body is None:
-                return False
+                return None
             phase = (body.get("status") or {}).get("phase")
             if phase != "Running":
-                return phase not in TERMINAL_PHASES
+                return None if phase in TERMINAL_PHASES else body
             lease = ExecutionLease(self.client, body, self.identity, self.settings.lease_seconds)
             remaining = await lease.held_elsewhere()
             if remaining <= 0:
-                return True
+                return body
             log.info(
                 "task is held by another execution; waiting for its lease",
                 extra={"ordo": {"seconds": round(remaining, 1)}},
@@ -219,10 +224,10 @@ class TaskScheduler:
                 acquire.cancel()
         return acquire.done() and not acquire.cancelled()
 
-    async def _mark_waiting(self, namespace: str, name: str) -> None:
-        body = await self.client.get("Task", namespace, name)
-        if body is None or (body.get("status") or {}).get("phase") not in (None, "Pending"):
+    async def _mark_waiting(self, body: dict[str, Any]) -> None:
+        if (body.get("status") or {}).get("phase") not in (None, "Pending"):
             return
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         limit = self.settings.max_concurrent_tasks
         conditions = set_condition(
             (body.get("status") or {}).get("conditions"),
@@ -239,10 +244,8 @@ class TaskScheduler:
             status=True,
         )
 
-    async def _process(self, namespace: str, name: str, job: Job) -> None:
-        body = await self.client.get("Task", namespace, name)
-        if body is None:
-            return
+    async def _process(self, body: dict[str, Any], job: Job) -> None:
+        namespace = body["metadata"]["namespace"]
         status = body.get("status") or {}
         phase = status.get("phase")
         if phase in TERMINAL_PHASES:
@@ -476,7 +479,7 @@ class TaskScheduler:
         if "startedAt" not in status:
             fields["startedAt"] = fields["completedAt"]
         try:
-            await self.client.patch("Task", ns, name, {"status": fields}, status=True)
+            updated = await self.client.patch("Task", ns, name, {"status": fields}, status=True)
         except ApiError as exc:
             if exc.not_found:
                 return
@@ -503,12 +506,16 @@ class TaskScheduler:
                 }
             },
         )
-        await self._release(ns, name)
+        await self._release(ns, name, updated)
 
-    async def _release(self, namespace: str, name: str) -> None:
-        """Remove ordo's finalizer (conditional on resourceVersion, retried on conflict)."""
+    async def _release(
+        self, namespace: str, name: str, known: dict[str, Any] | None = None
+    ) -> None:
+        """Remove ordo's finalizer (conditional on resourceVersion, retried on conflict).
+        `known` is the object as the last write returned it, which saves a read."""
         for _ in range(5):
-            body = await self.client.get("Task", namespace, name)
+            body = known or await self.client.get("Task", namespace, name)
+            known = None
             if body is None:
                 return
             finalizers = body["metadata"].get("finalizers") or []
