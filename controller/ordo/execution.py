@@ -55,7 +55,7 @@ class TaskOutcome:
         if result is None:
             status["usage"] = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
             return status
-        status["usage"] = result.usage.to_dict()
+        status.update(progress_fields(result.state))
         output = result.output
         if output:
             status["output"] = output[:MAX_OUTPUT_CHARS]
@@ -63,12 +63,17 @@ class TaskOutcome:
                 status["outputTruncated"] = True
         if result.structured_output is not None:
             status["structuredOutput"] = result.structured_output
-        records = result.tool_calls
-        if records:
-            status["toolCalls"] = [r.to_dict() for r in records[-MAX_TOOL_CALL_RECORDS:]]
-            if len(records) > MAX_TOOL_CALL_RECORDS:
-                status["toolCallsTruncated"] = True
         return status
+
+
+def progress_fields(state: RunState) -> dict[str, Any]:
+    """`step`, `usage` and the bounded `toolCalls` of a run, as status fields."""
+    fields: dict[str, Any] = {"step": state.step, "usage": state.usage.to_dict()}
+    if state.records:
+        fields["toolCalls"] = [r.to_dict() for r in state.records[-MAX_TOOL_CALL_RECORDS:]]
+        if len(state.records) > MAX_TOOL_CALL_RECORDS:
+            fields["toolCallsTruncated"] = True
+    return fields
 
 
 def run_config(snapshot: Snapshot) -> RunConfig:

@@ -34,7 +34,13 @@ from ..engine.events import (
 )
 from ..engine.resolve import ResolutionError, Snapshot, resolve
 from ..engine.state import RunState
-from ..execution import ModelFactory, TaskOutcome, default_model_factory, run_snapshot
+from ..execution import (
+    ModelFactory,
+    TaskOutcome,
+    default_model_factory,
+    progress_fields,
+    run_snapshot,
+)
 from . import logs
 from .checkpoint import CheckpointStore
 from .conditions import now, set_condition
@@ -555,16 +561,7 @@ class StatusWriter:
 
     async def __call__(self, event: Event) -> None:
         if isinstance(event, StepFinished):
-            from ..api.task import MAX_TOOL_CALL_RECORDS
-
-            state = event.state
-            patch: dict[str, Any] = {
-                "step": state.step,
-                "usage": state.usage.to_dict(),
-                "toolCalls": [r.to_dict() for r in state.records[-MAX_TOOL_CALL_RECORDS:]],
-            }
-            if len(state.records) > MAX_TOOL_CALL_RECORDS:
-                patch["toolCallsTruncated"] = True
+            patch = progress_fields(event.state)
             if self._first:
                 patch["snapshotHash"] = self._snapshot.content_hash
                 if self._snapshot.agent_generation is not None:
