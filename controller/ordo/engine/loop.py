@@ -16,7 +16,6 @@ The whole run is bounded by `timeout`, which cancels an in-flight model or tool 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -380,8 +379,3 @@ async def _complete_pending_calls(
         await emit(Checkpoint(state))
         await emit(StepFinished(state))
     return denied
-
-
-def describe_arguments(arguments: dict[str, Any]) -> str:
-    """Argument keys only (for debugging output that must not show values)."""
-    return json.dumps(sorted(arguments))

@@ -6,7 +6,7 @@ checkpoint a restarted operator resumes from, so every item round-trips through 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 
@@ -117,19 +117,3 @@ class Usage:
             "outputTokens": self.output_tokens,
             "totalTokens": self.total_tokens,
         }
-
-
-@dataclass(slots=True)
-class Transcript:
-    """The history of one run."""
-
-    items: list[Item] = field(default_factory=list)
-
-    def append(self, item: Item) -> None:
-        self.items.append(item)
-
-    def last_text(self) -> str:
-        for item in reversed(self.items):
-            if isinstance(item, AssistantMessage) and item.text:
-                return item.text
-        return ""

@@ -4,7 +4,7 @@ reconciler. All run logic is the engine's; all Task lifecycle logic is the sched
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +33,6 @@ class OperatorConfig:
     lease_seconds: float = 30.0
     namespaces: list[str] = field(default_factory=list)
     peering: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _State:
@@ -82,7 +81,6 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             cfg.max_concurrent_tasks, cfg.keep_checkpoints, cfg.lease_seconds
         ),
         metrics=STATE.metrics,
-        **cfg.extra,
     )
     STATE.readiness = ReadinessReconciler(STATE.client)
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
@@ -118,42 +116,32 @@ async def _cleanup(**_: Any) -> None:
 async def _task_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     if STATE.scheduler is not None:
         STATE.scheduler.observe(_plain(body), event.get("type"))
-        if STATE.health is not None:
-            STATE.health.watching = True
 
 
-async def _readiness_event(kind: str, event: kopf.RawEvent, body: kopf.Body) -> None:
-    if STATE.readiness is not None:
-        with contextlib.suppress(Exception):
+READINESS_KINDS = {
+    "agents": "Agent",
+    "modelendpoints": "ModelEndpoint",
+    "tools": "Tool",
+    "memories": "Memory",
+    "agentroles": "AgentRole",
+}
+
+
+def _readiness_handler(kind: str) -> Any:
+    async def handler(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if STATE.readiness is None:
+            return
+        try:
             await STATE.readiness.observe(kind, _plain(body), event.get("type"))
+        except Exception:
+            log.exception("readiness evaluation failed", extra={"ordo": {"kind": kind}})
+
+    return handler
 
 
-@kopf.on.event(GROUP, VERSION, "agents")
-async def _agent_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    await _readiness_event("Agent", event, body)
-
-
-@kopf.on.event(GROUP, VERSION, "modelendpoints")
-async def _endpoint_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    await _readiness_event("ModelEndpoint", event, body)
-
-
-@kopf.on.event(GROUP, VERSION, "tools")
-async def _tool_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    await _readiness_event("Tool", event, body)
-
-
-@kopf.on.event(GROUP, VERSION, "memories")
-async def _memory_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    await _readiness_event("Memory", event, body)
-
-
-@kopf.on.event(GROUP, VERSION, "agentroles")
-async def _role_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    await _readiness_event("AgentRole", event, body)
+for _plural, _kind in READINESS_KINDS.items():
+    kopf.on.event(GROUP, VERSION, _plural, id=f"ready-{_plural}")(_readiness_handler(_kind))
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
-    import copy
-
     return copy.deepcopy(dict(body))

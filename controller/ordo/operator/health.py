@@ -30,8 +30,6 @@ class HealthServer:
         self.namespaces: list[str] = []
         """Watched namespaces (empty: all), probed by /readyz."""
         self._ready_until = 0.0
-        self.watching = False
-        """Set once the first Task watch event arrived (or the first list completed)."""
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")

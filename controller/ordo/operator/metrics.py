@@ -9,7 +9,6 @@ from ..engine.events import (
     Event,
     ModelResponded,
     RunFinished,
-    StepStarted,
     ToolDecided,
     ToolFinished,
 )
@@ -90,7 +89,6 @@ class RunMetrics:
             provider,
             model,
         )
-        self._pending_decisions: dict[str, str] = {}
 
     async def __call__(self, event: Event) -> None:
         m = self.m
@@ -109,11 +107,11 @@ class RunMetrics:
                 m.tool_calls.labels(_tool_label(r.tool), r.decision, "skipped").inc()
         elif isinstance(event, ToolFinished):
             m.tool_calls.labels(_tool_label(event.tool), "allowed", event.outcome).inc()
-        elif isinstance(event, RunFinished):
-            if event.result.reason in ("ModelError", "ModelUnavailable"):
-                m.model_requests.labels(self.provider, self.model, "error").inc()
-        elif isinstance(event, StepStarted):
-            pass
+        elif isinstance(event, RunFinished) and event.result.reason in (
+            "ModelError",
+            "ModelUnavailable",
+        ):
+            m.model_requests.labels(self.provider, self.model, "error").inc()
 
 
 def _tool_label(name: str) -> str:
