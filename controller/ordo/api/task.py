@@ -31,6 +31,8 @@ Reason = Literal[
     "Interrupted",
     "Cancelled",
     "DuplicateExecution",
+    "PolicyUnavailable",
+    "InternalError",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 
