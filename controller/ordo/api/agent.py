@@ -8,10 +8,10 @@ from pydantic import Field
 
 from .base import (
     CelRule,
-    Duration,
     JsonObject,
     Name,
     OrdoModel,
+    PositiveDuration,
     Resource,
     StatusBase,
     UniqueItems,
@@ -57,7 +57,7 @@ class AgentLimits(OrdoModel):
 
     max_steps: Annotated[int, Field(ge=1, le=1000)] = 10
     """Most model calls in one run; reaching it fails the Task with `MaxStepsExceeded`."""
-    timeout: Duration = "5m"
+    timeout: PositiveDuration = "5m"
     """Deadline for the whole run; reaching it fails the Task with `Timeout`."""
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     """Token budget (input + output) of one run; exceeding it fails with `TokenBudgetExceeded`."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -27,6 +28,11 @@ DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNIT_NANOS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+MIN_LIMIT_DURATION = "1ms"
+MAX_LIMIT_DURATION = "168h"
+"""Bounds of every duration that is a limit (a timeout, a backoff): zero never means "no limit",
+and a week is the longest any one run, call or backoff may take."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,57 @@ Duration = Annotated[
     str,
     Field(pattern=DURATION_PATTERN, max_length=32, examples=["30s", "5m", "1h30m"]),
 ]
-"""A Kubernetes-style duration such as `500ms`, `30s`, `5m` or `1h30m`."""
+"""A Kubernetes-style duration such as `500ms`, `30s`, `5m` or `1h30m`; zero is allowed (use it
+only where zero means "none", such as a delay: a limit is a `PositiveDuration`)."""
+
+
+def duration_nanos(value: str) -> int:
+    """Nanoseconds in a duration string, computed as Go's time.ParseDuration (and so the API
+    server's CEL `duration()`) computes them: each part truncated to whole nanoseconds."""
+    if not re.fullmatch(DURATION_PATTERN, value):
+        raise ValueError(f"invalid duration {value!r}: expected e.g. '30s', '5m', '1h30m'")
+    return sum(int(Fraction(n) * _UNIT_NANOS[u]) for n, u in _DURATION_PART.findall(value))
+
+
+def _within_limit_bounds(value: str) -> bool:
+    low, high = duration_nanos(MIN_LIMIT_DURATION), duration_nanos(MAX_LIMIT_DURATION)
+    return low <= duration_nanos(value) <= high
+
+
+POSITIVE_DURATION_RULE = CelRule(
+    # The format is the pattern's job: a value it rejects is not reported twice.
+    rule=f"!self.matches(r'{DURATION_PATTERN}') || "
+    f"(duration(self) >= duration('{MIN_LIMIT_DURATION}') "
+    f"&& duration(self) <= duration('{MAX_LIMIT_DURATION}'))",
+    message=f"must be between {MIN_LIMIT_DURATION} and {MAX_LIMIT_DURATION}; 0 does not mean no limit",
+    check=_within_limit_bounds,
+)
+"""The bounds of a `PositiveDuration`, as a CEL rule on the field (the CRD) and in Python (the
+model, so `ordo validate` and the operator reject what the API server rejects)."""
+
+
+def _positive_duration(value: str) -> str:
+    if POSITIVE_DURATION_RULE.check is not None and not POSITIVE_DURATION_RULE.check(value):
+        raise ValueError(POSITIVE_DURATION_RULE.message)
+    return value
+
+
+PositiveDuration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        examples=["30s", "5m", "1h30m"],
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": POSITIVE_DURATION_RULE.rule, "message": POSITIVE_DURATION_RULE.message}
+            ]
+        },
+    ),
+    AfterValidator(_positive_duration),
+]
+"""A duration that is a limit (a timeout, a backoff): at least `1ms`, at most `168h`. Zero is
+refused rather than read as "no limit"."""
 
 JsonObject = Annotated[
     dict[str, Any],

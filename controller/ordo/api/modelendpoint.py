@@ -6,7 +6,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import CelRule, Duration, JsonObject, OrdoModel, Resource, SecretKeyRef, StatusBase
+from .base import (
+    CelRule,
+    Duration,
+    JsonObject,
+    OrdoModel,
+    PositiveDuration,
+    Resource,
+    SecretKeyRef,
+    StatusBase,
+)
 
 Provider = Literal["openai", "anthropic", "openai-compatible", "azure-openai", "ollama", "mock"]
 KEYED_PROVIDERS = ("openai", "anthropic", "azure-openai")
@@ -40,7 +49,7 @@ class Retry(OrdoModel):
 
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     """Total attempts, including the first."""
-    backoff: Duration = "1s"
+    backoff: PositiveDuration = "1s"
     """First backoff; doubles each attempt, `Retry-After` wins when the server sends it."""
 
 
@@ -104,7 +113,7 @@ class ModelEndpointSpec(OrdoModel):
     """API key source; required for openai, anthropic and azure-openai."""
     options: ModelOptions | None = None
     """Request options."""
-    timeout: Duration = "60s"
+    timeout: PositiveDuration = "60s"
     """Per-attempt deadline of one model call (also bounded by the Task deadline)."""
     retry: Annotated[Retry, Field(json_schema_extra={"default": {}})] = Field(default_factory=Retry)
     """Retry policy."""

@@ -6,7 +6,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import CelRule, Condition, Duration, JsonObject, JsonValue, Name, OrdoModel, Resource
+from .base import (
+    CelRule,
+    Condition,
+    JsonObject,
+    JsonValue,
+    Name,
+    OrdoModel,
+    PositiveDuration,
+    Resource,
+)
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
@@ -48,8 +57,8 @@ class TaskLimits(OrdoModel):
 
     max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Most model calls."""
-    timeout: Duration | None = None
-    """Deadline of the run."""
+    timeout: PositiveDuration | None = None
+    """Deadline of the run (the Agent's, when that is shorter)."""
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     """Token budget."""
 

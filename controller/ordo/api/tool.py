@@ -9,9 +9,9 @@ from pydantic import Field, WithJsonSchema
 
 from .base import (
     CelRule,
-    Duration,
     JsonValue,
     OrdoModel,
+    PositiveDuration,
     Resource,
     SecretKeyRef,
     StatusBase,
@@ -98,7 +98,7 @@ class ToolSpec(OrdoModel):
     """Settings for `type: mcp`."""
     mock: MockToolResult | None = None
     """Settings for `type: mock`."""
-    timeout: Duration = "30s"
+    timeout: PositiveDuration = "30s"
     """Deadline of one call."""
     risk_level: RiskLevel = "low"
     """Informational risk class, recorded with each decision."""
