@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from . import API_VERSION, KINDS, Resource
-from .base import DNS1123_SUBDOMAIN
+from .base import DNS1123_SUBDOMAIN, parse_duration
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -150,6 +150,8 @@ def _message(err: Any) -> str:
         pattern = err.get("ctx", {}).get("pattern", "")
         if "ms|s|m|h" in pattern:
             msg = "expected a duration such as '30s', '5m' or '1h30m'"
+            if str(err.get("input", "")).lstrip().startswith("-"):
+                msg = "a duration cannot be negative: " + msg
         elif pattern.startswith("^[a-z0-9]("):
             msg = "expected a lowercase DNS-1123 name (a-z, 0-9, '-', '.')"
         else:
@@ -289,6 +291,7 @@ def load(paths: Iterable[str]) -> ManifestSet:
         if obj is not None:
             result.objects.append((doc, obj))
     result.problems.extend(check_references(result))
+    result.problems.extend(check_limits(result))
     return result
 
 
@@ -311,6 +314,47 @@ def check_references(mset: ManifestSet) -> list[Problem]:
                         severity="warning",
                     )
                 )
+    return problems
+
+
+def check_limits(mset: ManifestSet) -> list[Problem]:
+    """Warn where a Task's limits are wider than its Agent's in the same set: limits only
+    narrow, so the run takes the smaller value and the Task's wider one has no effect."""
+    from .agent import Agent
+    from .task import Task
+
+    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
+    problems = []
+    for doc, obj in mset.objects:
+        if not isinstance(obj, Task) or obj.spec.limits is None:
+            continue
+        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        if agent is None:
+            continue
+        wanted, bound = obj.spec.limits, agent.spec.limits
+        wider: list[tuple[str, str]] = []
+        if wanted.max_steps is not None and wanted.max_steps > bound.max_steps:
+            wider.append(("maxSteps", str(bound.max_steps)))
+        if wanted.timeout is not None and parse_duration(wanted.timeout) > parse_duration(
+            bound.timeout
+        ):
+            wider.append(("timeout", bound.timeout))
+        if (
+            wanted.max_tokens is not None
+            and bound.max_tokens is not None
+            and wanted.max_tokens > bound.max_tokens
+        ):
+            wider.append(("maxTokens", str(bound.max_tokens)))
+        for name, value in wider:
+            problems.append(
+                Problem(
+                    doc,
+                    f"spec.limits.{name}",
+                    f"limits only narrow: the Agent's {name} {value} applies "
+                    f"(Agent {agent.name!r})",
+                    severity="warning",
+                )
+            )
     return problems
 
 
