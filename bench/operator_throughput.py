@@ -167,7 +167,7 @@ def run(
 ) -> OperatorResult:
     from tests.support.operator import OperatorProcess, tasks
 
-    from ordo.devcluster import BinariesNotFoundError, ControlPlane
+    from ordo_devcluster import BinariesNotFoundError, ControlPlane
 
     try:
         cp = ControlPlane(crds=REPO / "crds")

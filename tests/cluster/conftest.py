@@ -8,7 +8,7 @@ otherwise, saying so.
 Fixtures
 --------
 ``control_plane`` (session)
-    A started :class:`ordo.devcluster.ControlPlane` with the CRDs from ``crds/`` installed
+    A started :class:`ordo_devcluster.ControlPlane` with the CRDs from ``crds/`` installed
     (when that directory has manifests) and Established. Useful attributes and methods:
 
     * ``control_plane.kubeconfig``: admin kubeconfig path (``system:masters``)
@@ -54,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from ordo.devcluster import BinariesNotFoundError, ControlPlane
+from ordo_devcluster import BinariesNotFoundError, ControlPlane
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRDS_DIR = REPO_ROOT / "crds"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ordo.devcluster import ControlPlane, KubectlError
+from ordo_devcluster import ControlPlane, KubectlError
 
 pytestmark = pytest.mark.cluster
 
@@ -219,7 +219,7 @@ def _start_in_subprocess(code: str) -> tuple[subprocess.Popen[str], dict[str, in
 @pytest.mark.usefixtures("control_plane")  # skip or fail like the rest without binaries
 def test_cli_stops_everything_on_sigterm() -> None:
     proc, pids, workdir = _start_in_subprocess(
-        "import sys; from ordo.devcluster.__main__ import main; sys.exit(main())"
+        "import sys; from ordo_devcluster.__main__ import main; sys.exit(main())"
     )
     try:
         assert all(_alive(pid) for pid in pids.values())
@@ -238,7 +238,7 @@ def test_sigkilled_parent_leaves_no_orphans(
 ) -> None:
     proc, pids, workdir = _start_in_subprocess(
         "import time\n"
-        "from ordo.devcluster import ControlPlane\n"
+        "from ordo_devcluster import ControlPlane\n"
         "cp = ControlPlane().start()\n"
         "print(f'pids: {cp.pids}')\n"
         "print(f'workdir: {cp.workdir}')\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ordo.api import KINDS
-from ordo.devcluster import ControlPlane
+from ordo_devcluster import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 INVALID = sorted((ROOT / "tests" / "data" / "invalid").glob("*.yaml"))

@@ -20,7 +20,7 @@ from tests.support.operator import (
     wait_task,
 )
 
-from ordo.devcluster import ControlPlane
+from ordo_devcluster import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 

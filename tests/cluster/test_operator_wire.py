@@ -24,7 +24,7 @@ from tests.support.operator import (
     wait_task,
 )
 
-from ordo.devcluster import ControlPlane
+from ordo_devcluster import ControlPlane
 
 KEY = "sk-canary-SECRET-4f1d"
 

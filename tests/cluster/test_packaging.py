@@ -45,7 +45,7 @@ from tests.support.packaging import (
     to_yaml,
 )
 
-from ordo.devcluster import ControlPlane
+from ordo_devcluster import ControlPlane
 
 EXAMPLES = ROOT / "examples"
 

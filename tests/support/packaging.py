@@ -88,7 +88,7 @@ def helm_binary() -> Path:
 
 def kubectl_binary() -> Path:
     """The pinned kubectl of the test control plane (its kustomize renders manifests/)."""
-    from ordo.devcluster import BinariesNotFoundError, find_binaries
+    from ordo_devcluster import BinariesNotFoundError, find_binaries
 
     try:
         return find_binaries() / "kubectl"

@@ -1,4 +1,4 @@
-"""``python -m ordo.devcluster``: run a loopback control plane until Ctrl-C or SIGTERM."""
+"""``python -m ordo_devcluster``: run a loopback control plane until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from ordo.devcluster.controlplane import BIN_ENV, ControlPlane, ControlPlaneError
+from ordo_devcluster import BIN_ENV, ControlPlane, ControlPlaneError
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ordo.devcluster",
+        prog="python -m ordo_devcluster",
         description=(
             "Start etcd + kube-apiserver on loopback (no kubelet, no controller-manager), "
             "print how to reach them, and stop everything on Ctrl-C or SIGTERM."
