@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import (
     CelRule,
@@ -17,6 +17,7 @@ from .base import (
     UniqueItems,
     UniqueNames,
 )
+from .jsonschemas import user_schema
 
 MemoryOperation = Literal["read", "write", "search", "list", "ingest"]
 MEMORY_OPERATIONS: tuple[MemoryOperation, ...] = ("read", "write", "search", "list", "ingest")
@@ -110,6 +111,8 @@ class AgentSpec(OrdoModel):
     """Named skills a Task can select."""
     output_schema: JsonObject | None = None
     """JSON Schema the final answer must satisfy (a Task's own `outputSchema` wins)."""
+
+    _check_output_schema = field_validator("output_schema")(user_schema)
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         CelRule(

@@ -21,7 +21,8 @@ A schema is accepted when it is
 backtracking engine.
 
 `check_schema` lists the problems; `validator_for` returns a memoised validator that matches
-patterns with RE2 and raises only `InvalidSchema`.
+patterns with RE2 and raises only `ordo.errors.InvalidSchema`; `user_schema` is the pydantic
+field check of the api models (`ordo validate` reports its problems under the field).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import functools
 import json
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urldefrag, urljoin
 
 import jsonschema
@@ -39,7 +40,8 @@ import referencing
 import referencing.jsonschema
 from jsonschema.exceptions import ValidationError
 
-from ..errors import InvalidSchema
+if TYPE_CHECKING:
+    from ..errors import InvalidSchema
 
 MAX_SCHEMA_CHARS = 200_000
 """Largest schema, in characters of its canonical (sorted, compact) JSON."""
@@ -115,22 +117,32 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # RE2 would print the pattern on stderr
 
 
+def _invalid_schema(message: str) -> InvalidSchema:
+    # Imported here: ordo.errors imports ordo.api.task, so a module-level import would cycle.
+    from ..errors import InvalidSchema
+
+    return InvalidSchema(message)
+
+
 @functools.lru_cache(maxsize=4096)
-def compile_pattern(pattern: str) -> Any:
-    """The RE2 program of a schema pattern. Raises InvalidSchema if RE2 cannot compile it."""
+def _compile(pattern: str) -> tuple[Any, str | None]:
+    """(the RE2 program, None), or (None, why RE2 cannot use the pattern)."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise InvalidSchema(f"the pattern is longer than {MAX_PATTERN_CHARS} characters")
+        return None, f"the pattern is longer than {MAX_PATTERN_CHARS} characters"
     try:
-        return re2.compile(pattern, _RE2_OPTIONS)
+        return re2.compile(pattern, _RE2_OPTIONS), None
     except re2.error as exc:
         detail = exc.args[0] if exc.args else ""
         if isinstance(detail, bytes):
             detail = detail.decode("utf-8", "replace")
-        raise InvalidSchema(f"RE2 cannot compile the pattern ({str(detail)[:200]})") from None
+        return None, f"RE2 cannot compile the pattern ({str(detail)[:200]})"
 
 
 def _search(pattern: str, text: str) -> bool:
-    return compile_pattern(pattern).search(text) is not None
+    program, problem = _compile(pattern)
+    if program is None:
+        raise _invalid_schema(f"a pattern cannot be used: {problem}")
+    return program.search(text) is not None
 
 
 def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -358,11 +370,10 @@ class _Walk:
                 stack.append((child, child_path, base))
 
     def _check_pattern(self, path: Path, pattern: str) -> None:
-        try:
-            compile_pattern(pattern)
-        except InvalidSchema as exc:
+        _, problem = _compile(pattern)
+        if problem:
             self.problems_.append(
-                f"{json_path(path)}: {exc.message}; ordo matches patterns with RE2 "
+                f"{json_path(path)}: {problem}; ordo matches patterns with RE2 "
                 "(no backreferences or lookaround), rewrite it without them"
             )
 
@@ -479,9 +490,11 @@ class SchemaValidator:
         self.validator: Any = _re2_class(dialect, cls)(schema, registry=referencing.Registry())
 
     def errors(self, instance: Any) -> list[ValidationError]:
+        from ..errors import InvalidSchema
+
         try:
             return list(self.validator.iter_errors(instance))
-        except (InvalidSchema, ValidationError):
+        except InvalidSchema:
             raise
         except (
             jsonschema.exceptions.SchemaError,
@@ -492,7 +505,9 @@ class SchemaValidator:
             TypeError,
             AttributeError,
         ) as exc:
-            raise InvalidSchema(f"the schema cannot be evaluated ({type(exc).__name__})") from None
+            raise _invalid_schema(
+                f"the schema cannot be evaluated ({type(exc).__name__})"
+            ) from None
 
     def is_valid(self, instance: Any) -> bool:
         return not self.errors(instance)
@@ -503,8 +518,17 @@ def validator_for(schema: Any) -> SchemaValidator:
     with RE2. Raises InvalidSchema, naming the first problems, when `check_schema` finds any."""
     problems = check_schema(schema)
     if problems:
-        raise InvalidSchema("; ".join(problems))
+        raise _invalid_schema("; ".join(problems))
     return _validator(_canonical(schema))
+
+
+def user_schema(value: Any) -> Any:
+    """Pydantic field check for a schema a user writes: ValueError naming the problems."""
+    if value is not None:
+        problems = check_schema(value)
+        if problems:
+            raise ValueError("not a usable JSON Schema: " + "; ".join(problems))
+    return value
 
 
 @functools.lru_cache(maxsize=256)
@@ -520,10 +544,9 @@ __all__ = [
     "MAX_PATTERN_CHARS",
     "MAX_SCHEMA_CHARS",
     "MAX_SCHEMA_DEPTH",
-    "InvalidSchema",
     "SchemaValidator",
     "check_schema",
-    "compile_pattern",
     "json_path",
+    "user_schema",
     "validator_for",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import (
     CelRule,
@@ -16,6 +16,7 @@ from .base import (
     PositiveDuration,
     Resource,
 )
+from .jsonschemas import user_schema
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
@@ -84,6 +85,8 @@ class TaskSpec(OrdoModel):
     """A second Task in the namespace with the same key fails with `DuplicateExecution`."""
     cancel: bool = False
     """Set to true to stop the run at the next step boundary (phase `Cancelled`)."""
+
+    _check_output_schema = field_validator("output_schema")(user_schema)
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = ()
 

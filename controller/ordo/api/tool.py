@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, WithJsonSchema, field_validator
 
 from .base import (
     CelRule,
@@ -16,6 +16,7 @@ from .base import (
     SecretKeyRef,
     StatusBase,
 )
+from .jsonschemas import user_schema
 
 ToolType = Literal["http", "mcp", "mock"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
@@ -104,6 +105,8 @@ class ToolSpec(OrdoModel):
     """Informational risk class, recorded with each decision."""
     idempotent: bool = False
     """Safe to repeat: after an operator restart a call that may have started is re-run only when true."""
+
+    _check_input_schema = field_validator("input_schema")(user_schema)
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
