@@ -19,19 +19,43 @@ import httpx
 import kopf
 
 from ..api import GROUP, KINDS, VERSION
+from ..errors import LeaseLost, OrdoError
 
 RETRY_ATTEMPTS = 5
+"""Attempts of a request that is safe to repeat (reads, idempotent writes)."""
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Event": "events"}
+MAX_MESSAGE = 300
+"""API error messages are capped: an `Invalid` message may echo field values."""
+
+# Transport errors raised before any byte of the request reached the server: repeating the
+# request cannot apply it twice, whatever the verb.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+JsonPatch = list[dict[str, Any]]
+"""RFC 6902 operations."""
 
 
-class ApiError(Exception):
-    """A Kubernetes API error: `status` is the HTTP status, `reason` the API's reason."""
+class ApiError(OrdoError):
+    """A Kubernetes API request failed. Every failure of a `KubeClient` request is one of these
+    (or `Fenced`): an HTTP error status, or a transport failure (connection refused or reset,
+    timeout, TLS, protocol), which has `status` 0 and `api_reason` "TransportError".
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
+    `status` is the HTTP status (0 when no response arrived), `api_reason` the API's reason
+    ("NotFound", "Conflict", "Invalid", ...; "TransportError" for status 0). The message names
+    the status, the API reason and a capped API message, or only the exception type for a
+    transport failure; never a request body. `reason` is the Task reason (`InternalError`) if
+    this error ends a run."""
+
+    def __init__(
+        self, status: int, api_reason: str, message: str, *, causes: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(f"{status} {api_reason}: {message}"[: MAX_MESSAGE + 40])
         self.status = status
-        self.reason = reason
+        self.api_reason = api_reason
+        self.causes = causes
+        """The API's cause messages, for classification only (they may echo values: never
+        log them)."""
 
     @property
     def not_found(self) -> bool:
@@ -40,6 +64,79 @@ class ApiError(Exception):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+    @property
+    def transient(self) -> bool:
+        """True if the same request may succeed later: no response (connection error,
+        timeout), 429, or 5xx. False for other 4xx (the request itself is refused).
+
+        A transient failure of a write does not say whether the write was applied: a 5xx or
+        a connection lost after sending may hide a write the server committed."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+class Fenced(LeaseLost):
+    """A fenced write was refused because this execution no longer owns the Task: another
+    execution claimed it (a different `status.executionId`, or checkpoint annotation
+    `ordo.dev/execution-id`). Nothing was written. Stop the run without writing anything else
+    for it (not even a terminal status: the newer execution owns the Task).
+
+    Deliberately not an `ApiError`, so code that suppresses `ApiError` for best-effort writes
+    never swallows it."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} {name!r} is owned by another execution; write refused")
+        self.kind = kind
+        self.name = name
+
+
+def _transport_error(exc: httpx.HTTPError) -> ApiError:
+    if isinstance(exc, httpx.TransportError):
+        return ApiError(0, "TransportError", type(exc).__name__)
+    return ApiError(0, "InvalidResponse", type(exc).__name__)
+
+
+def _response_error(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        return ApiError(response.status_code, "", f"non-JSON error body ({response.reason_phrase})")
+    if not isinstance(body, dict):
+        return ApiError(response.status_code, "", "unexpected error body")
+    reason = str(body.get("reason", ""))
+    details = body.get("details")
+    raw = details.get("causes") if isinstance(details, dict) else None
+    causes = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+    if response.status_code == 422 and causes:
+        # Invalid: the message may echo the rejected values; name fields and rule types only.
+        message = "; ".join(f"{c.get('field', '')}: {c.get('reason', '')}" for c in causes)
+    else:
+        message = str(body.get("message", ""))
+    return ApiError(
+        response.status_code,
+        reason,
+        message[:MAX_MESSAGE],
+        causes=tuple(str(c.get("message", "")) for c in causes),
+    )
+
+
+def test_failed(error: ApiError, pointer: str) -> bool:
+    """True if a JSON Patch was refused because its `test` of `pointer` failed.
+
+    kube-apiserver (checked against v1.36) answers a failed `test` — a different value, or
+    a missing path — with 422 Invalid, a generic message and no causes, whereas a schema
+    violation is a 422 that names its causes (fields). Some versions name the failed test
+    in a cause ("testing value <pointer> failed", "missing path: <pointer>"). So this is
+    exact only for patches whose other operations cannot fail once the test passed (adds
+    under the tested object's parents, as the fenced writes do)."""
+    if error.status != 422:
+        return False
+    if not error.causes:
+        return error.api_reason == "Invalid"
+    return any(
+        f"testing value {pointer} failed" in cause or f"missing path: {pointer}" in cause
+        for cause in error.causes
+    )
 
 
 def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
@@ -105,7 +202,15 @@ def login() -> kopf.ConnectionInfo:
 
 
 class KubeClient:
-    """Async client for the verbs ordo uses. Re-logs in once on 401 (rotated tokens)."""
+    """Async client for the verbs ordo uses. Re-logs in once on 401 (rotated tokens).
+
+    Every failure surfaces as `ApiError` (see `ApiError.transient`), or `Fenced` from the
+    fenced writes. Retries: a request that is safe to repeat (reads, and writes whose second
+    application changes nothing) is retried up to `RETRY_ATTEMPTS` times with backoff on
+    transport errors, 429 and 5xx (Retry-After honoured). Any other write is retried only
+    when it certainly was not applied (429, or the connection was never established); after
+    any other transient failure it may or may not have been applied, and the caller decides.
+    """
 
     def __init__(
         self,
@@ -113,11 +218,16 @@ class KubeClient:
         *,
         relogin: Callable[[], kopf.ConnectionInfo] | None = None,
         max_connections: int = 64,
+        wrap_transport: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport]
+        | None = None,
     ) -> None:
+        """`wrap_transport` wraps the real HTTP transport (tests inject faults with it)."""
         self._relogin = relogin
         self._max_connections = max_connections
+        self._wrap_transport = wrap_transport
         self.requests: dict[str, int] = {}
-        """Requests by verb (get, list, patch, patch-status, create, replace, delete)."""
+        """Requests by verb (get, list, patch, patch-status, create, replace, delete); a
+        retried request counts once."""
         self.on_request: Callable[[str], None] | None = None
         """Called with the verb of every request (the operator counts them in a metric)."""
         self._client = self._build(info)
@@ -132,32 +242,44 @@ class KubeClient:
             if info.username and info.password
             else None
         )
-        return httpx.AsyncClient(
-            base_url=info.server,
-            headers=headers,
-            auth=auth,
+        transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
             verify=_ssl_context(info, self._keep),
-            timeout=httpx.Timeout(30.0),
             limits=httpx.Limits(
                 max_connections=self._max_connections,
                 max_keepalive_connections=self._max_connections,
             ),
         )
+        if self._wrap_transport is not None:
+            transport = self._wrap_transport(transport)
+        return httpx.AsyncClient(
+            base_url=info.server,
+            headers=headers,
+            auth=auth,
+            transport=transport,
+            timeout=httpx.Timeout(30.0),
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """Send with bounded retries on 429, 5xx and connection errors (Retry-After honoured)."""
+    async def _send(
+        self, method: str, url: str, *, idempotent: bool, **kwargs: Any
+    ) -> httpx.Response:
+        """Send, retrying what is safe to retry (see the class docstring)."""
         delay = 0.2
         for attempt in range(1, RETRY_ATTEMPTS + 1):
+            last = attempt == RETRY_ATTEMPTS
             try:
                 response = await self._client.request(method, url, **kwargs)
-            except httpx.TransportError:
-                if attempt == RETRY_ATTEMPTS:
-                    raise
+            except httpx.HTTPError as exc:
+                retry = isinstance(exc, _NOT_SENT) or (
+                    idempotent and isinstance(exc, httpx.TransportError)
+                )
+                if last or not retry:
+                    raise _transport_error(exc) from None
             else:
-                if response.status_code not in RETRY_STATUSES or attempt == RETRY_ATTEMPTS:
+                status = response.status_code
+                if last or not (status == 429 or (idempotent and status in RETRY_STATUSES)):
                     return response
                 retry_after = response.headers.get("Retry-After", "")
                 if retry_after.isdigit():
@@ -166,27 +288,32 @@ class KubeClient:
             delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
-    async def _request(self, verb: str, method: str, url: str, **kwargs: Any) -> Any:
+    async def _request(
+        self, verb: str, method: str, url: str, *, idempotent: bool, **kwargs: Any
+    ) -> Any:
         self.requests[verb] = self.requests.get(verb, 0) + 1
         if self.on_request is not None:
             self.on_request(verb)
-        response = await self._send(method, url, **kwargs)
+        response = await self._send(method, url, idempotent=idempotent, **kwargs)
         if response.status_code == 401 and self._relogin is not None:
             await self._client.aclose()
             self._client = self._build(self._relogin())
-            response = await self._send(method, url, **kwargs)
+            response = await self._send(method, url, idempotent=idempotent, **kwargs)
         if response.status_code >= 400:
-            try:
-                body = response.json()
-                reason, message = str(body.get("reason", "")), str(body.get("message", ""))
-            except ValueError:
-                reason, message = "", response.text[:200]
-            raise ApiError(response.status_code, reason, message)
-        return response.json() if response.content else None
+            raise _response_error(response)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiError(response.status_code, "InvalidResponse", "non-JSON body") from None
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None if it does not exist."""
         try:
-            result: dict[str, Any] = await self._request("get", "GET", path(kind, namespace, name))
+            result: dict[str, Any] = await self._request(
+                "get", "GET", path(kind, namespace, name), idempotent=True
+            )
         except ApiError as exc:
             if exc.not_found:
                 return None
@@ -197,33 +324,50 @@ class KubeClient:
         self, kind: str, namespace: str, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
         params = {"labelSelector": label_selector} if label_selector else None
-        result = await self._request("list", "GET", path(kind, namespace), params=params)
+        result = await self._request(
+            "list", "GET", path(kind, namespace), params=params, idempotent=True
+        )
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
     async def create(self, kind: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create (409 `conflict` if it exists). Not retried after a transient failure that may
+        have been applied: a retry could answer 409 for our own object, so the caller decides
+        (typically: read it back)."""
         result: dict[str, Any] = await self._request(
-            "create", "POST", path(kind, namespace), json=body
+            "create", "POST", path(kind, namespace), json=body, idempotent=False
         )
         return result
 
     async def replace(
         self, kind: str, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
+        """Replace the object. With `metadata.resourceVersion` in `body` it is conditional (409
+        if the object changed since) and is not retried after a transient failure: the write
+        may have been applied, and a retry would then answer 409 for our own write. The
+        caller decides (typically: read it back). Without a resourceVersion it is retried."""
+        conditional = bool((body.get("metadata") or {}).get("resourceVersion"))
         result: dict[str, Any] = await self._request(
-            "replace", "PUT", path(kind, namespace, name), json=body
+            "replace",
+            "PUT",
+            path(kind, namespace, name),
+            json=body,
+            idempotent=not conditional,
         )
         return result
 
     async def delete(
         self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
     ) -> None:
-        """Delete; with `resource_version`, only if the object was not changed since (else 409)."""
+        """Delete; with `resource_version`, only if the object was not changed since (else 409).
+        A missing object is not an error (so a retried delete that was applied is fine)."""
         options = (
             {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
         )
         try:
-            await self._request("delete", "DELETE", path(kind, namespace, name), json=options)
+            await self._request(
+                "delete", "DELETE", path(kind, namespace, name), json=options, idempotent=True
+            )
         except ApiError as exc:
             if not exc.not_found:
                 raise
@@ -232,21 +376,89 @@ class KubeClient:
         self, kind: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
     ) -> dict[str, Any]:
         """JSON merge patch of the object, or of its status subresource. Include
-        `metadata.resourceVersion` in `patch` to make it conditional (409 on conflict)."""
+        `metadata.resourceVersion` in `patch` to make it conditional (409 on conflict); a
+        conditional patch is not retried after a transient failure (it may have been
+        applied: the caller decides), an unconditional one is (applying it twice is the same
+        as once)."""
+        conditional = bool((patch.get("metadata") or {}).get("resourceVersion"))
         result: dict[str, Any] = await self._request(
             "patch-status" if status else "patch",
             "PATCH",
             path(kind, namespace, name, "status" if status else None),
             content=json.dumps(patch),
             headers={"Content-Type": "application/merge-patch+json"},
+            idempotent=not conditional,
         )
         return result
+
+    async def patch_json(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        ops: JsonPatch,
+        *,
+        status: bool = False,
+        idempotent: bool = False,
+    ) -> dict[str, Any]:
+        """JSON Patch (RFC 6902) of the object or of its status subresource, applied
+        atomically by the API server: if a `test` operation fails nothing is written and the
+        API answers 422 Invalid (an `ApiError`).
+
+        Pass `idempotent=True` only if applying `ops` twice has the effect of applying them
+        once (say, `test`s of fields the ops do not change, and `add`/`replace` of fixed
+        values); the request is then retried after transient failures. Otherwise it is
+        retried only when it certainly was not applied, and after another transient failure
+        the caller decides (the patch may have been applied)."""
+        result: dict[str, Any] = await self._request(
+            "patch-status" if status else "patch",
+            "PATCH",
+            path(kind, namespace, name, "status" if status else None),
+            content=json.dumps(ops),
+            headers={"Content-Type": "application/json-patch+json"},
+            idempotent=idempotent,
+        )
+        return result
+
+    async def patch_status_fenced(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        execution_id: str,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Set top-level `status` fields only if `status.executionId` is still
+        `execution_id`, atomically (one JSON Patch: a `test` of the executionId, then an `add`
+        per field). Raises `Fenced` if another execution claimed the object meanwhile (or it
+        has no executionId): nothing is written. Safe to retry (the ops never change the
+        executionId), so it is retried after transient failures; any other failure is an
+        `ApiError`. Returns the updated object."""
+        if "executionId" in fields:
+            raise ValueError("a fenced write cannot change status.executionId")
+        pointer = "/status/executionId"
+        ops: JsonPatch = [{"op": "test", "path": pointer, "value": execution_id}]
+        ops += [
+            {"op": "add", "path": "/status/" + pointer_token(key), "value": value}
+            for key, value in fields.items()
+        ]
+        try:
+            return await self.patch_json(kind, namespace, name, ops, status=True, idempotent=True)
+        except ApiError as exc:
+            if test_failed(exc, pointer):
+                raise Fenced(kind, name) from None
+            raise
 
     async def list_tasks_probe(self, namespace: str | None) -> None:
         """List at most one Task (in `namespace`, or across all): a cheap RBAC-aware probe."""
         url = path("Task", namespace) if namespace else f"/apis/{GROUP}/{VERSION}/tasks"
-        await self._request("list", "GET", url, params={"limit": "1"})
+        await self._request("list", "GET", url, params={"limit": "1"}, idempotent=True)
 
     async def version(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("get", "GET", "/version")
+        result: dict[str, Any] = await self._request("get", "GET", "/version", idempotent=True)
         return result
+
+
+def pointer_token(key: str) -> str:
+    """`key` escaped as one JSON Pointer token (RFC 6901: `~` → `~0`, `/` → `~1`)."""
+    return key.replace("~", "~0").replace("/", "~1")
