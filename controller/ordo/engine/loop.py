@@ -248,13 +248,18 @@ def _screen_call(
 
 
 def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Why `arguments` do not satisfy the tool's input schema, or None. Patterns are matched
+    with RE2 (linear time); a schema that cannot be evaluated rejects the call (fail closed)."""
+    from ..api import jsonschemas
+    from ..errors import InvalidSchema
+
     if not schema:
         return None
     try:
-        validator = jsonschema.validators.validator_for(schema)(schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-    except jsonschema.SchemaError:
-        return None
+        errors = jsonschemas.validator_for(schema).errors(arguments)
+    except InvalidSchema:
+        return "the tool's input schema cannot be used, so the call was not run"
+    error = jsonschema.exceptions.best_match(errors)
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"
