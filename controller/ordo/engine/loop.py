@@ -263,7 +263,8 @@ def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str 
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-    return f"{where}: {error.message}"
+    # The message quotes the model's own value: cap it so a huge argument is not echoed back.
+    return f"{where}: {error.message}"[:500]
 
 
 async def _execute(
