@@ -113,26 +113,30 @@ def operator(
     op.stop()
 
 
-def test_tool_loop_over_openai_wire(
-    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+@pytest.mark.parametrize(
+    ("server", "provider", "path", "call_id"),
+    [
+        pytest.param(OpenAIServer, "openai-compatible", "/v1", "call_abc", id="openai"),
+        pytest.param(AnthropicServer, "anthropic", "", "toolu_1", id="anthropic"),
+    ],
+)
+def test_tool_loop_over_the_wire(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+    server: type[OpenAIServer | AnthropicServer],
+    provider: str,
+    path: str,
+    call_id: str,
 ) -> None:
-    with (
-        CountingTool() as tool,
-        OpenAIServer(
-            [
-                {
-                    "tool_calls": [
-                        {"name": "place-order", "arguments": {"item": "widget"}, "id": "call_abc"}
-                    ]
-                },
-                {"text": "ordered"},
-            ],
-            require_key=KEY,
-        ) as model,
-    ):
+    """One tool call in the provider's native protocol: OpenAI `tool_calls`, then a `role: tool`
+    message with `tool_call_id`; Anthropic `tool_use`, then a `tool_result` with `tool_use_id`."""
+    call = {"name": "place-order", "arguments": {"item": "widget"}, "id": call_id}
+    script = [{"tool_calls": [call]}, {"text": "ordered"}]
+    with CountingTool() as tool, server(script, require_key=KEY) as model:
         for doc in (
             secret(namespace),
-            endpoint("openai-compatible", model.url + "/v1"),
+            endpoint(provider, model.url + path),
             http_tool("place-order", tool.url),
             agent(["place-order"]),
             task("order"),
@@ -142,53 +146,24 @@ def test_tool_loop_over_openai_wire(
         assert (status["phase"], status["output"]) == ("Succeeded", "ordered"), status
         assert model.count == 2 and tool.count == 1
         second = model.bodies[1]
-        tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
-        assert tool_messages[0]["tool_call_id"] == "call_abc"
-        assert [t["function"]["name"] for t in model.bodies[0]["tools"]] == ["place-order"]
-        assert "tools" not in second or not second["tools"]  # the used tool is no longer offered
+        if server is OpenAIServer:
+            offered = [[t["function"]["name"] for t in b.get("tools") or []] for b in model.bodies]
+            results = [m["tool_call_id"] for m in second["messages"] if m["role"] == "tool"]
+            system = [m["content"] for m in second["messages"] if m["role"] == "system"]
+        else:
+            offered = [[t["name"] for t in b.get("tools") or []] for b in model.bodies]
+            results = [
+                b["tool_use_id"]
+                for m in second["messages"]
+                if m["role"] == "user" and isinstance(m["content"], list)
+                for b in m["content"]
+                if b.get("type") == "tool_result"
+            ]
+            system = second["system"]
+        assert results == [call_id]
+        assert offered == [["place-order"], []]  # the used tool is no longer offered
+        assert "You place orders." in json.dumps(system)
         assert status["usage"]["totalTokens"] > 0
-
-
-def test_tool_loop_over_anthropic_wire(
-    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
-) -> None:
-    with (
-        CountingTool() as tool,
-        AnthropicServer(
-            [
-                {
-                    "tool_calls": [
-                        {"name": "place-order", "arguments": {"item": "widget"}, "id": "toolu_1"}
-                    ]
-                },
-                {"text": "ordered"},
-            ],
-            require_key=KEY,
-        ) as model,
-    ):
-        for doc in (
-            secret(namespace),
-            endpoint("anthropic", model.url, model="claude-test"),
-            http_tool("place-order", tool.url),
-            agent(["place-order"]),
-            task("order"),
-        ):
-            apply(control_plane, namespace, doc)
-        status = wait_task(control_plane, namespace, "order")["status"]
-        assert status["phase"] == "Succeeded", status
-        assert model.count == 2 and tool.count == 1
-        second = model.bodies[1]
-        assert second["system"] == "You place orders." or "You place orders." in json.dumps(
-            second["system"]
-        )
-        results = [
-            b
-            for m in second["messages"]
-            if m["role"] == "user" and isinstance(m["content"], list)
-            for b in m["content"]
-            if b.get("type") == "tool_result"
-        ]
-        assert results and results[0]["tool_use_id"] == "toolu_1"
 
 
 def test_max_steps_counts_model_requests(
