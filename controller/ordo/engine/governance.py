@@ -1,11 +1,22 @@
 """Tool-call governance (DESIGN §4): pure decisions, fail closed.
 
-Evaluated for every tool call, in order; the first deny wins:
-1. the tool is in the Agent's tool list (narrowed by the skill);
-2. no AgentPolicy that selects the Agent blocks it;
-3. every ToolPermission for the tool is satisfied by the Agent's roles (a missing role
-   denies; with roles but no ToolPermission, `tool:<name>:invoke` is needed);
-4. if the inputs could not be read, deny.
+Every tool call is decided here, the built-in memory tools included. In order; the first deny
+wins:
+0. if an input could not be read, deny (`CannotDecide`) — every call, built-ins included;
+1. the tool is offered: a Tool in the Agent's tool list (narrowed by the skill), or a memory
+   operation in the effective `memory.allow` of a wired Memory (`NotOffered`);
+2. no AgentPolicy that selects the Agent blocks it (`BlockedByPolicy`); a policy names the
+   memory tool `memory_<op>` as `memory.<op>` in `blockedTools` (the DNS-1123 spelling of the
+   model-visible name, as a Tool `web.search` is `web_search` to the model), `memory_<op>` is
+   matched too;
+3. every AgentRole the Agent lists exists (`RoleNotFound`);
+4. every ToolPermission naming the tool (for memory: `toolRef: memory.<op>`) is satisfied by the
+   Agent's roles; with roles but no ToolPermission, a Tool needs `tool:<name>:invoke` and a
+   memory operation `memory:<memory name>:<op>` (`MissingPermission`). An Agent without roles
+   and without a ToolPermission for the tool may call it (`NoPermissionRequired`).
+
+Every Decision's reason is bounded (`REASON_MAX_CHARS`, the CRD's `toolCalls[].reason`) and
+single-line, so whatever a policy or an API error says, the status write fits.
 """
 
 from __future__ import annotations
@@ -13,6 +24,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal
+
+from ..api.agent import MEMORY_OPERATIONS
+
+REASON_MAX_CHARS = 1024
+"""`status.toolCalls[].reason` maxLength in the Task CRD."""
+TRUNCATED_MARKER = "...[truncated]"
+
+MEMORY_TOOL_PREFIX = "memory_"
+
+
+def memory_tool_name(operation: str) -> str:
+    """The model-visible name of a built-in memory tool, e.g. `memory_read`; also its identity
+    for governance (`ToolBinding.object_name` of a memory binding)."""
+    return f"{MEMORY_TOOL_PREFIX}{operation}"
+
+
+def memory_operation(tool: str) -> str | None:
+    """The memory operation a built-in tool name stands for (`memory_read` → `read`), or None
+    when `tool` names no memory operation."""
+    if not tool.startswith(MEMORY_TOOL_PREFIX):
+        return None
+    op = tool[len(MEMORY_TOOL_PREFIX) :]
+    return op if op in MEMORY_OPERATIONS else None
+
+
+def memory_policy_names(operation: str) -> tuple[str, str]:
+    """The names a policy (`blockedTools`) or a ToolPermission (`toolRef`) may use for a memory
+    operation: `memory.<op>` (valid as an object name) and the model-visible `memory_<op>`."""
+    return (f"memory.{operation}", memory_tool_name(operation))
+
+
+def bounded_reason(reason: str) -> str:
+    """`reason` on one line and at most REASON_MAX_CHARS characters, with a marker when cut."""
+    text = "".join(c if c.isprintable() else " " for c in reason)
+    if len(text) <= REASON_MAX_CHARS:
+        return text
+    return text[: REASON_MAX_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,48 +74,105 @@ class PermissionRule:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """A verdict on one call. The reason is bounded and single-line on construction."""
+
     allowed: bool
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", bounded_reason(self.reason))
 
 
 @dataclass(frozen=True)
 class Governance:
-    """Everything a decision needs, resolved once per run (a snapshot)."""
+    """Everything a decision needs, resolved once per run (a snapshot).
+
+    Constructed with keywords; every field but `candidate_tools` has a default. Without
+    `memory` / `memory_operations` no memory tool is offered (fail closed)."""
 
     candidate_tools: frozenset[str]
     """Agent.tools ∩ skill.tools (object names)."""
     blocked_by: dict[str, str] = field(default_factory=dict)
-    """Tool name → the AgentPolicy that blocks it."""
+    """Tool name (or `memory.<op>` / `memory_<op>`) → the AgentPolicy that blocks it."""
     rules: dict[str, tuple[PermissionRule, ...]] = field(default_factory=dict)
-    """Tool name → the ToolPermissions that name it."""
+    """Tool name (or `memory.<op>` / `memory_<op>`) → the ToolPermissions that name it."""
     granted: frozenset[str] = frozenset()
     """Union of the permissions of the Agent's roles."""
     has_roles: bool = False
     missing_roles: tuple[str, ...] = ()
     unreadable: str | None = None
     """Set when an input could not be read: every call is denied with this reason."""
+    memory: str | None = None
+    """The Memory object the Agent wires in (`spec.memory.ref`), if any."""
+    memory_operations: frozenset[str] = frozenset()
+    """The operations `memory.allow` offers (all five when unset); empty without a Memory."""
 
     @property
     def effective_tools(self) -> frozenset[str]:
         return self.candidate_tools - self.blocked_by.keys()
 
-    def decide(self, tool: str) -> Decision:
+    @property
+    def effective_memory_operations(self) -> tuple[str, ...]:
+        """The memory operations to offer the model (in MEMORY_OPERATIONS order): those
+        allowed by `memory.allow`, minus those a policy blocks; none without a Memory."""
+        if self.memory is None:
+            return ()
+        return tuple(
+            op
+            for op in MEMORY_OPERATIONS
+            if op in self.memory_operations and self._blocking_policy(op) is None
+        )
+
+    def decide(self, tool: str, *, builtin: bool = False) -> Decision:
+        """Decide one call. `tool` is the Tool object name, or, with `builtin=True`, the
+        name of a built-in memory tool (`memory_<op>`)."""
         if self.unreadable:
             return Decision(False, f"CannotDecide: {self.unreadable}")
+        if builtin:
+            return self._decide_memory(tool)
         if tool not in self.candidate_tools:
-            return Decision(False, "NotOffered")
+            return Decision(False, self._unbound_reason(tool))
         if tool in self.blocked_by:
             return Decision(False, f"BlockedByPolicy: {self.blocked_by[tool]}")
+        return self._permitted(self.rules.get(tool, ()), f"tool:{tool}:invoke")
+
+    def _decide_memory(self, tool: str) -> Decision:
+        op = memory_operation(tool)
+        if op is None or self.memory is None or op not in self.memory_operations:
+            return Decision(False, "NotOffered")
+        policy = self._blocking_policy(op)
+        if policy is not None:
+            return Decision(False, f"BlockedByPolicy: {policy}")
+        rules = tuple(r for name in memory_policy_names(op) for r in self.rules.get(name, ()))
+        return self._permitted(rules, f"memory:{self.memory}:{op}")
+
+    def _unbound_reason(self, tool: str) -> str:
+        """Why a call of a name with no Tool is denied: `NotOffered`, or, for a memory tool a
+        policy blocks (so it was not bound), the policy. Only ever a denial."""
+        op = memory_operation(tool)
+        if op is not None and self.memory is not None and op in self.memory_operations:
+            policy = self._blocking_policy(op)
+            if policy is not None:
+                return f"BlockedByPolicy: {policy}"
+        return "NotOffered"
+
+    def _blocking_policy(self, operation: str) -> str | None:
+        for name in memory_policy_names(operation):
+            if name in self.blocked_by:
+                return self.blocked_by[name]
+        return None
+
+    def _permitted(self, rules: tuple[PermissionRule, ...], default_needed: str) -> Decision:
+        """Checks 3 and 4: the roles exist, and they satisfy the ToolPermissions (or, with
+        roles and no ToolPermission, grant `default_needed`)."""
         if self.missing_roles:
             return Decision(False, f"RoleNotFound: {', '.join(self.missing_roles)}")
-        rules = self.rules.get(tool, ())
         if not rules:
             if not self.has_roles:
                 return Decision(True, "NoPermissionRequired")
-            needed = f"tool:{tool}:invoke"
-            if self.holds(needed):
-                return Decision(True, f"Granted: {needed}")
-            return Decision(False, f"MissingPermission: {needed}")
+            if self.holds(default_needed):
+                return Decision(True, f"Granted: {default_needed}")
+            return Decision(False, f"MissingPermission: {default_needed}")
         for rule in rules:
             held = [p for p in rule.required if self.holds(p)]
             ok = len(held) == len(rule.required) if rule.match_mode == "all" else bool(held)

@@ -202,8 +202,9 @@ def _screen_call(
     used: set[str],
     seen_in_response: set[str],
 ) -> Screened:
-    """Decide one tool call before anything runs: duplicate in this response, governance,
-    already used in an earlier step, then argument validity."""
+    """Decide one tool call before anything runs: duplicate in this response, governance
+    (every call, built-in memory tools included), already used in an earlier step (not for
+    built-ins), then argument validity."""
 
     def refuse(decision: str, reason: str, text: str) -> Screened:
         record = ToolCallRecord(step, call.name, decision, reason, "skipped", call.id)  # type: ignore[arg-type]
@@ -216,20 +217,20 @@ def _screen_call(
             f"error: {call.name} was already called in this response; it runs once per response.",
         )
     binding = by_name.get(call.name)
-    reason = "BuiltinMemoryTool"
-    if binding is None or not binding.builtin:
-        object_name = binding.object_name if binding else call.name
-        decision = config.governance.decide(object_name)
-        if not decision.allowed:
-            return refuse(
-                "denied",
-                decision.reason,
-                f"error: calling {call.name} is not permitted ({decision.reason.split(':')[0]}).",
-            )
-        if binding is None:  # governance allows only bound names; stay closed regardless
-            return refuse("denied", "NotOffered", f"error: {call.name} is not an available tool.")
-        reason = decision.reason
-    if call.name in used:
+    if binding is None:
+        decision = config.governance.decide(call.name)
+    else:
+        decision = config.governance.decide(binding.object_name, builtin=binding.builtin)
+    if not decision.allowed:
+        return refuse(
+            "denied",
+            decision.reason,
+            f"error: calling {call.name} is not permitted ({decision.reason.split(':')[0]}).",
+        )
+    if binding is None:  # governance allows only bound names; stay closed regardless
+        return refuse("denied", "NotOffered", f"error: {call.name} is not an available tool.")
+    reason = decision.reason
+    if not binding.builtin and call.name in used:
         return refuse(
             "rejected",
             "AlreadyCalled",

@@ -1,5 +1,9 @@
 """The built-in memory tools (`memory_read`, `memory_write`, `memory_search`, `memory_list`,
-`memory_ingest`): executed in-process against the Agent's Memory backend."""
+`memory_ingest`): executed in-process against the Agent's Memory backend.
+
+They are governed like any tool (engine/governance.py): a binding is `builtin=True` and its
+`object_name` is the model-visible `memory_<op>`, from which governance reads the operation;
+governance itself knows which Memory the run wires in."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..api.memory import MemoryIngest
+from ..engine.governance import memory_operation, memory_tool_name
 from ..engine.tooling import ToolBinding, ToolFailure, ToolOutput
 from ..memory.base import MemoryBackend, chunk_text
 
@@ -105,12 +110,15 @@ class _MemoryExecutor:
 def memory_bindings(
     backend: MemoryBackend, operations: Sequence[str], ingest: MemoryIngest | None = None
 ) -> list[ToolBinding]:
-    """One ToolBinding per allowed operation."""
+    """One ToolBinding per operation given (pass the effective operations: what
+    `memory.allow` offers minus what policies block, `Governance.effective_memory_operations`).
+    The binding's `object_name` is the identity governance decides on (`memory_<op>`)."""
     ops = _ops(backend, ingest or MemoryIngest())
     bindings = []
     for op in operations:
         description, schema = SCHEMAS[op]
-        name = f"memory_{op}"
+        name = memory_tool_name(op)
+        assert memory_operation(name) == op  # governance reads the operation back from it
         bindings.append(
             ToolBinding(
                 name=name,
