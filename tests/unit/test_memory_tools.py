@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from ordo.api import MEMORY_OPERATIONS
 from ordo.api.memory import MemoryIngest
+from ordo.engine.governance import memory_operation, memory_tool_name
 from ordo.engine.tooling import ToolFailure
-from ordo.execution import execute
 from ordo.memory import InMemoryBackend, chunk_text
 from ordo.memory.inmemory import shared_backend
+from ordo.runtime.execute import execute
 from ordo.tools.memory_tools import SCHEMAS, memory_bindings
 from support.engine_fakes import (
     DictStore,
@@ -30,6 +31,8 @@ from support.engine_fakes import (
     memory,
     mock_endpoint,
     mock_tool,
+    policy,
+    role,
     task,
     tools_turn,
 )
@@ -59,6 +62,14 @@ def test_bindings_for_every_operation() -> None:
         "memory_search",
         "memory_list",
     }
+
+
+def test_binding_object_name_is_the_governance_identity_of_the_operation() -> None:
+    for op in MEMORY_OPERATIONS:
+        (b,) = memory_bindings(InMemoryBackend(), [op])
+        assert b.builtin
+        assert b.object_name == b.name == memory_tool_name(op) == f"memory_{op}"
+        assert memory_operation(b.object_name) == op
 
 
 @pytest.mark.parametrize("ops", [("read",), ("read", "search"), ("write", "ingest"), ()])
@@ -219,7 +230,7 @@ async def test_memory_operation_outside_allow_is_denied() -> None:
         task(), DictStore(*memory_objects("notes", ["read"])), model_factory=factory
     )
     assert (outcome.phase, outcome.reason) == ("Failed", "ToolDenied")
-    (record,) = outcome.status()["toolCalls"]
+    (record,) = outcome.status().to_dict()["toolCalls"]
     assert (record["tool"], record["decision"], record["reason"]) == (
         "memory_write",
         "denied",
@@ -245,4 +256,84 @@ async def test_memory_round_trip_in_one_run_with_ingest_settings() -> None:
     ingest_out = json.loads(results[0].content)
     assert ingest_out["chunks"] >= len(text) // 64
     assert "fact42" in results[1].content
-    assert [r["reason"] for r in outcome.status()["toolCalls"]] == ["BuiltinMemoryTool"] * 2
+    assert [r["reason"] for r in outcome.status().to_dict()["toolCalls"]] == [
+        "NoPermissionRequired"
+    ] * 2
+
+
+# --------------------------------------------------------------------------------------
+# Through execute(): governance decides memory calls like any tool call
+
+
+async def test_agent_without_roles_uses_memory_as_before() -> None:
+    factory = ModelFactory(
+        lambda s: ScriptedModel(
+            [
+                tools_turn(call("memory_write", "c1", key="k", value="remembered")),
+                tools_turn(call("memory_read", "c2", key="k")),
+                answer("ok"),
+            ]
+        )
+    )
+    outcome = await execute(
+        task(), DictStore(*memory_objects("notes", None)), model_factory=factory
+    )
+    assert outcome.phase == "Succeeded" and outcome.result is not None
+    records = outcome.status().to_dict()["toolCalls"]
+    assert [(r["decision"], r["reason"], r["outcome"]) for r in records] == [
+        ("allowed", "NoPermissionRequired", "succeeded")
+    ] * 2
+    results = [i for i in outcome.result.state.items if getattr(i, "role", "") == "tool"]
+    assert results[1].content == "remembered"
+
+
+async def test_policy_blocked_memory_tool_is_not_offered_and_is_denied() -> None:
+    prefix = f"test/{uuid.uuid4()}"
+    objs = [
+        agent(tools=["search"], memory={"ref": "notes"}),
+        mock_endpoint(),
+        mock_tool("search"),
+        memory("notes", prefix=prefix),
+        policy("read-only-memory", blockedTools=["memory.write", "memory.ingest"]),
+    ]
+    factory = ModelFactory(
+        lambda s: ScriptedModel([tools_turn(call("memory_write", "c1", key="k", value="v"))])
+    )
+    outcome = await execute(task(), DictStore(*objs), model_factory=factory)
+    assert (outcome.phase, outcome.reason) == ("Failed", "ToolDenied")
+    (model,) = factory.models
+    assert model.requests[0].tool_names == {"search", "memory_read", "memory_search", "memory_list"}
+    (record,) = outcome.status().to_dict()["toolCalls"]
+    assert (record["tool"], record["decision"], record["reason"], record["outcome"]) == (
+        "memory_write",
+        "denied",
+        "BlockedByPolicy: read-only-memory",
+        "skipped",
+    )
+    assert await shared_backend(prefix).list() == []
+
+
+async def test_agent_with_roles_needs_memory_permissions() -> None:
+    prefix = f"test/{uuid.uuid4()}"
+    objs = [
+        agent(tools=[], memory={"ref": "notes"}, roles=["reader"]),
+        mock_endpoint(),
+        memory("notes", prefix=prefix),
+        role("reader", "memory:notes:read", "memory:notes:search"),
+    ]
+    factory = ModelFactory(
+        lambda s: ScriptedModel(
+            [
+                tools_turn(call("memory_search", "c1", query="x")),
+                tools_turn(call("memory_write", "c2", key="k", value="v")),
+            ]
+        )
+    )
+    outcome = await execute(task(), DictStore(*objs), model_factory=factory)
+    assert (outcome.phase, outcome.reason) == ("Failed", "ToolDenied")
+    records = outcome.status().to_dict()["toolCalls"]
+    assert [(r["tool"], r["decision"], r["reason"]) for r in records] == [
+        ("memory_search", "allowed", "Granted: memory:notes:search"),
+        ("memory_write", "denied", "MissingPermission: memory:notes:write"),
+    ]
+    assert await shared_backend(prefix).list() == []
