@@ -74,6 +74,29 @@ def json_depth(text: str, *, limit: int | None = None) -> int:
     return deepest
 
 
+def value_depth(value: Any, *, limit: int | None = None) -> int:
+    """The nesting depth of an already-parsed JSON value (`{}` and `[]` are depth 1), without
+    recursion. With `limit`, stops as soon as the depth exceeds it and returns `limit + 1`.
+    For values that did not come through `bounded_json_loads` (e.g. an SDK's parsed object)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth > deepest:
+            deepest = depth
+            if limit is not None and deepest > limit:
+                return limit + 1
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
