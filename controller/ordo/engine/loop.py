@@ -253,7 +253,10 @@ def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str 
     with RE2 (linear time); a schema that cannot be evaluated rejects the call (fail closed)."""
     from ..api import jsonschemas
     from ..errors import InvalidSchema
+    from .jsontext import MAX_JSON_DEPTH, value_depth
 
+    if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"
     if not schema:
         return None
     try:
