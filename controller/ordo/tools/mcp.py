@@ -3,7 +3,10 @@ client (`mcp.Client` on `streamable_http_client`).
 
 - `describe()` reads the server's tool list (all pages) and returns the tool's description
   and `inputSchema`: the binding uses them when the Tool object does not set its own. A tool
-  the server does not list is an error (the run fails to set up: `InvalidSpec`).
+  the server does not list is an error (the run fails to set up: `InvalidSpec`). So is a
+  listed `inputSchema` that `ordo.api.jsonschemas.check_schema` refuses (not valid for its
+  draft, unresolvable or remote `$ref`, a pattern RE2 cannot compile, over the size caps):
+  `InvalidSchema` names the tool and where the schema is wrong, and the tool is not offered.
 - A call opens a session, calls the tool, closes the session. Text blocks are joined (other
   blocks are named, not forwarded; structured content is used when there is no text),
   capped at 64 KiB; `isError: true` becomes an error result the model sees.
@@ -25,8 +28,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from ..api import parse_duration
-from ..engine.resolve import ResolvedTool
-from ..engine.tooling import ToolFailure, ToolOutput
+from ..api.jsonschemas import check_schema
+from ..engine.tooling import ResolvedTool, ToolFailure, ToolOutput
+from ..errors import InvalidSchema
 from . import netguard
 from .http import MAX_RESPONSE_BYTES, TRUNCATED_NOTE
 
@@ -116,12 +120,12 @@ class McpToolExecutor:
                     page = await client.list_tools(cursor=cursor)
                     for tool in page.tools:
                         if tool.name == self.tool_name:
-                            return tool.description or "", dict(tool.input_schema)
+                            return tool.description or "", self._usable(tool.input_schema)
                         names.append(tool.name)
                     cursor = page.next_cursor
                     if not cursor:
                         break
-        except ToolFailure:
+        except (ToolFailure, InvalidSchema):
             raise
         except Exception as exc:
             raise ToolFailure(
@@ -131,6 +135,19 @@ class McpToolExecutor:
         raise McpToolNotFound(
             f"the MCP server does not list a tool {self.tool_name!r} (it lists: {listed})"
         )
+
+    def _usable(self, schema: Any) -> dict[str, Any]:
+        """The listed input schema if ordo can use it; else InvalidSchema naming the tool and
+        the JSON paths of the problems (never the schema's text)."""
+        problems = check_schema(schema if isinstance(schema, dict) else None)
+        if problems:
+            where = ", ".join(p.partition(": ")[0] for p in problems[:5])
+            raise InvalidSchema(
+                f"the MCP server lists tool {self.tool_name!r} with an input schema ordo cannot "
+                f"use (at {where}), so the tool is not offered; fix the server's schema or set "
+                "spec.inputSchema on the Tool"
+            )
+        return dict(schema)
 
     async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
         try:
