@@ -22,7 +22,7 @@ from typing import Any
 from ..engine.events import Checkpoint, Event
 from ..engine.state import RunState
 from ..errors import Interrupted
-from .kube import ApiError, Fenced, KubeClient, pointer_token, test_failed
+from .kube import ApiError, Fenced, KubeClient, patch_test_failed, pointer_token
 from .lease import ExecutionLease
 from .ownership import owner_reference
 
@@ -164,7 +164,7 @@ class CheckpointStore:
             # Idempotent: the ops never change the annotation they test.
             await self._client.patch_json("ConfigMap", self._ns, self._name, ops, idempotent=True)
         except ApiError as exc:
-            if exc.not_found or test_failed(exc, fence):
+            if exc.not_found or patch_test_failed(exc, fence):
                 # Another execution's annotation, or deleted under us (the run ended
                 # elsewhere): either way it is not ours to write.
                 self._owned = False

@@ -120,7 +120,7 @@ def _response_error(response: httpx.Response) -> ApiError:
     )
 
 
-def test_failed(error: ApiError, pointer: str) -> bool:
+def patch_test_failed(error: ApiError, pointer: str) -> bool:
     """True if a JSON Patch was refused because its `test` of `pointer` failed.
 
     kube-apiserver (checked against v1.36) answers a failed `test` — a different value, or
@@ -220,9 +220,12 @@ class KubeClient:
         max_connections: int = 64,
         wrap_transport: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport]
         | None = None,
+        backoff: float = 0.2,
     ) -> None:
-        """`wrap_transport` wraps the real HTTP transport (tests inject faults with it)."""
+        """`wrap_transport` wraps the real HTTP transport (tests inject faults with it);
+        `backoff` is the first delay between attempts (doubling, at most 5 s)."""
         self._relogin = relogin
+        self._backoff = backoff
         self._max_connections = max_connections
         self._wrap_transport = wrap_transport
         self.requests: dict[str, int] = {}
@@ -266,7 +269,7 @@ class KubeClient:
         self, method: str, url: str, *, idempotent: bool, **kwargs: Any
     ) -> httpx.Response:
         """Send, retrying what is safe to retry (see the class docstring)."""
-        delay = 0.2
+        delay = self._backoff
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             last = attempt == RETRY_ATTEMPTS
             try:
@@ -445,7 +448,7 @@ class KubeClient:
         try:
             return await self.patch_json(kind, namespace, name, ops, status=True, idempotent=True)
         except ApiError as exc:
-            if test_failed(exc, pointer):
+            if patch_test_failed(exc, pointer):
                 raise Fenced(kind, name) from None
             raise
 
