@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 import pytest
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
 from tests.support.mcp_server import McpTestServer
 from tests.support.openai_server import OpenAIServer
 from tests.support.wire import CANARY, calls, endpoint, resolved, run_config, text
 
 from ordo.engine.loop import run_agent
 from ordo.engine.tooling import ToolFailure
+from ordo.errors import InvalidSchema
 from ordo.providers import build_model_client
 from ordo.tools import binding, build_executor
 from ordo.tools.mcp import McpToolExecutor, McpToolNotFound
@@ -122,3 +125,55 @@ async def test_engine_calls_an_mcp_tool_once(
     assert model.requests[0].body["tools"][0]["function"]["parameters"]["required"] == ["text"]
     assert "tools" not in model.requests[1].body
     assert [r.reason for r in result.tool_calls][-1] == "AlreadyCalled"
+
+
+class BadSchemaServer(McpTestServer):
+    """The test server plus tools whose listed inputSchema ordo must refuse."""
+
+    def _build(self) -> MCPServer:
+        mcp = super()._build()
+
+        @mcp.tool(description="Its pattern needs a backreference (RE2 cannot compile it).")
+        def backref(text: Annotated[str, Field(json_schema_extra={"pattern": "(a)\\1"})]) -> str:
+            self._count("backref")
+            return text
+
+        @mcp.tool(description="Its schema is not a valid JSON Schema.")
+        def objekt(text: Annotated[str, Field(json_schema_extra={"type": "objekt"})]) -> str:
+            self._count("objekt")
+            return text
+
+        return mcp
+
+
+@pytest.fixture
+def bad_schema_server() -> Iterator[BadSchemaServer]:
+    with BadSchemaServer(require_token=TOKEN) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [("backref", "$.properties.text.pattern"), ("objekt", "$.properties.text.type")],
+)
+async def test_a_listed_schema_ordo_cannot_use_is_refused_naming_the_tool(
+    bad_schema_server: BadSchemaServer, name: str, where: str
+) -> None:
+    resolved_tool = mcp_tool(bad_schema_server, name)
+    with pytest.raises(InvalidSchema) as caught:
+        await binding(resolved_tool)  # the binding takes the server's schema: not offered
+    message = str(caught.value)
+    assert f"tool {name!r}" in message and where in message
+    assert "(a)" not in message and "objekt" not in message.replace(f"{name!r}", "")
+    assert caught.value.reason == "InvalidSpec"
+    assert bad_schema_server.calls[name] == 0
+    # The server's good tools are still usable, and a Tool that sets its own schema is too.
+    assert (await binding(mcp_tool(bad_schema_server, "echo"))).parameters["required"] == ["text"]
+    own = {"type": "object", "properties": {"text": {"type": "string"}}}
+    spec = {
+        "type": "mcp",
+        "inputSchema": own,
+        "description": "mine",
+        "mcp": {"url": bad_schema_server.url},
+    }
+    assert (await binding(resolved(name, spec, secret=TOKEN))).parameters == own

@@ -113,6 +113,7 @@ class McpToolExecutor:
     async def describe(self) -> tuple[str, dict[str, Any]]:
         """The tool's description and input schema, from the server's tool list."""
         names: list[str] = []
+        found: tuple[str, Any] | None = None
         try:
             async with self._client() as client:
                 cursor: str | None = None
@@ -120,17 +121,21 @@ class McpToolExecutor:
                     page = await client.list_tools(cursor=cursor)
                     for tool in page.tools:
                         if tool.name == self.tool_name:
-                            return tool.description or "", self._usable(tool.input_schema)
+                            found = (tool.description or "", tool.input_schema)
+                            break
                         names.append(tool.name)
                     cursor = page.next_cursor
-                    if not cursor:
+                    if found is not None or not cursor:
                         break
-        except (ToolFailure, InvalidSchema):
+        except ToolFailure:
             raise
         except Exception as exc:
             raise ToolFailure(
                 f"listing the MCP server's tools failed ({type(_innermost(exc)).__name__})"
             ) from None
+        if found is not None:
+            # Checked outside the session: an error raised inside it comes out wrapped.
+            return found[0], self._usable(found[1])
         listed = ", ".join(sorted(names)[:20]) or "none"
         raise McpToolNotFound(
             f"the MCP server does not list a tool {self.tool_name!r} (it lists: {listed})"
