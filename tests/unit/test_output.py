@@ -129,3 +129,35 @@ def test_check_schema() -> None:
     assert output.check_schema(TRIAGE) is None
     problem = output.check_schema({"type": "objekt"})
     assert problem is not None and problem.startswith("not a valid JSON Schema")
+
+
+def test_invalid_output_is_the_error_tree_class() -> None:
+    from ordo import errors
+
+    assert output.InvalidOutput is errors.InvalidOutput
+    with pytest.raises(errors.OrdoError) as info:
+        output.parse("nope", TRIAGE)
+    assert info.value.reason == "InvalidOutput"
+
+
+@pytest.mark.parametrize(
+    ("text", "inner"),
+    [
+        ('```json\n{"a": 1}\n```', '{"a": 1}'),
+        ('  ```\n{"a": 1}```  \n', '{"a": 1}'),
+        ("```json```", ""),
+        ("`````", "`````"),
+        ('{"a": "```"}', '{"a": "```"}'),
+        ('```{"a": "```"}```', '{"a": "```"}'),
+    ],
+)
+def test_strip_fence(text: str, inner: str) -> None:
+    assert output.strip_fence(text) == inner
+
+
+def test_check_schema_lists_every_problem_with_its_path() -> None:
+    problem = output.check_schema(
+        {"properties": {"a": {"pattern": "(a)\\1"}, "b": {"$ref": "#/$defs/nope"}}}
+    )
+    assert problem is not None
+    assert "$.properties.a.pattern" in problem and "$.properties.b.$ref" in problem
