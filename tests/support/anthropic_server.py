@@ -1,6 +1,7 @@
 """A scripted Anthropic Messages server: `POST /v1/messages`. Steps: see `tests.support.scripted`.
 
-A `{"json": {...}}` step answers with a `tool_use` block of the tool named in `tool_choice`
+`{"usage": null}` or `{"usage": "omit"}` leaves `usage` out of the answer (as a proxy that
+strips it would). A `{"json": {...}}` step answers with a `tool_use` block of the tool named in `tool_choice`
 (the client's forced structured-output tool), or of the first offered tool whose name starts
 with `_`, else with the JSON as text.
 
@@ -116,7 +117,7 @@ class AnthropicServer(ScriptedServer):
             )
         has_tool_use = any(b["type"] == "tool_use" for b in blocks)
         usage = step.get("usage") or {}
-        payload = {
+        payload: dict[str, Any] = {
             "id": self.next_id("msg_"),
             "type": "message",
             "role": "assistant",
@@ -127,8 +128,12 @@ class AnthropicServer(ScriptedServer):
             "usage": {
                 "input_tokens": usage.get("input_tokens", estimate_tokens(json.dumps(body))),
                 "output_tokens": usage.get("output_tokens", estimate_tokens(json.dumps(blocks))),
-            },
+            }
+            if isinstance(usage, dict)
+            else {},
         }
+        if "usage" in step and (step["usage"] is None or step["usage"] == "omit"):
+            del payload["usage"]
         return web.json_response(payload, headers=step.get("headers"))
 
     def auto_step(self, body: dict[str, Any]) -> Step:

@@ -2,7 +2,9 @@
 
 Any POST to a path ending in `/chat/completions` is a model call: `/v1/chat/completions`,
 Azure's `/openai/deployments/<name>/chat/completions?api-version=...`, Ollama's
-`/v1/chat/completions`. Steps: see `tests.support.scripted`.
+`/v1/chat/completions`. Steps: see `tests.support.scripted`; besides, `{"usage": null}`
+answers `"usage": null` and `{"usage": "omit"}` leaves the `usage` key out, as some
+OpenAI-compatible servers do.
 
     python -m tests.support.openai_server --port 0 --script script.json [--require-key K]
 """
@@ -75,12 +77,17 @@ class OpenAIServer(ScriptedServer):
         if calls:
             message["tool_calls"] = calls
         usage = step.get("usage") or {}
-        prompt = usage.get("input_tokens", estimate_tokens(json.dumps(body)))
-        completion = usage.get(
-            "output_tokens",
-            estimate_tokens((text or "") + json.dumps(calls) if calls else text or ""),
+        reported = isinstance(usage, dict)
+        prompt = usage.get("input_tokens", estimate_tokens(json.dumps(body))) if reported else 0
+        completion = (
+            usage.get(
+                "output_tokens",
+                estimate_tokens((text or "") + json.dumps(calls) if calls else text or ""),
+            )
+            if reported
+            else 0
         )
-        payload = {
+        payload: dict[str, Any] = {
             "id": self.next_id("chatcmpl-"),
             "object": "chat.completion",
             "created": int(time.time()),
@@ -99,6 +106,10 @@ class OpenAIServer(ScriptedServer):
                 "total_tokens": prompt + completion,
             },
         }
+        if "usage" in step and step["usage"] is None:
+            payload["usage"] = None
+        elif step.get("usage") == "omit":
+            del payload["usage"]
         return web.json_response(payload, headers=step.get("headers"))
 
     def auto_step(self, body: dict[str, Any]) -> Step:

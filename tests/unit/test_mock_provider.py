@@ -13,9 +13,9 @@ import pytest
 from ordo.api import ModelEndpoint
 from ordo.engine.model import ModelRequest, ToolDefinition
 from ordo.engine.transcript import AssistantMessage, SystemMessage, ToolResult, Usage, UserMessage
-from ordo.execution import execute
 from ordo.providers import build_model_client
 from ordo.providers.mock import MockModelClient, estimate_tokens, sample
+from ordo.runtime import Prepared, execute
 from support.engine_fakes import (
     DictStore,
     ModelFactory,
@@ -227,12 +227,12 @@ async def test_unscripted_mock_exercises_the_tools_then_answers() -> None:
     assert outcome.result is not None
     assert outcome.result.output == "Done. I used fetch, search."
     assert factory.calls == 2
-    records = outcome.status()["toolCalls"]
+    records = outcome.status().to_dict()["toolCalls"]
     assert [(r["tool"], r["decision"], r["step"]) for r in records] == [
         ("search", "allowed", 1),
         ("fetch", "allowed", 1),
     ]
-    assert outcome.status()["usage"]["totalTokens"] > 0
+    assert outcome.status().to_dict()["usage"]["totalTokens"] > 0
 
 
 async def test_unscripted_mock_with_memory_does_not_loop_on_builtins() -> None:
@@ -262,7 +262,11 @@ async def test_mock_continues_its_script_after_a_resume() -> None:
     assert first.reason == "MaxStepsExceeded" and first.result is not None
     state = first.result.state
     factory = ModelFactory(lambda s: MockModelClient(s.endpoint))
-    resumed = await execute(task(), store, state=state, model_factory=factory)
+
+    async def prepare(snapshot: Any) -> Prepared:
+        return Prepared(state=state)
+
+    resumed = await execute(task(), store, prepare=prepare, model_factory=factory)
     assert resumed.phase == "Succeeded"
     assert resumed.result is not None and resumed.result.output == "third"
     assert factory.calls == 2
@@ -277,7 +281,7 @@ async def test_timeout_with_a_slow_mock_turn() -> None:
     outcome = await execute(task(), store, model_factory=factory)
     assert (outcome.phase, outcome.reason) == ("Failed", "Timeout")
     assert factory.calls == 1
-    assert outcome.status()["step"] == 1
+    assert outcome.status().to_dict()["step"] == 1
 
 
 async def test_task_timeout_narrows_the_agents() -> None:

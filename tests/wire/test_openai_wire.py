@@ -13,6 +13,7 @@ from tests.support.wire import CANARY, calls, endpoint, resolved, run_config, te
 
 from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelRequest, ToolDefinition
+from ordo.engine.sanitize import normalise_response
 from ordo.engine.transcript import (
     AssistantMessage,
     SystemMessage,
@@ -287,7 +288,7 @@ def test_parse_arguments() -> None:
     assert parse_arguments('"text"') is None
 
 
-async def test_missing_ids_are_generated_and_usage_is_read(
+async def test_missing_ids_are_made_by_the_engine_and_usage_is_read(
     openai_server: Callable[..., OpenAIServer],
 ) -> None:
     raw = {
@@ -313,6 +314,10 @@ async def test_missing_ids_are_generated_and_usage_is_read(
     model = openai_server([{"body": json.dumps(raw)}])
     client = build_model_client(endpoint("ollama", model.url + "/v1"), None)
     response = await client.complete(_request())
-    assert response.tool_calls == (ToolCall("call_0", "t", {}, ""),)
+    assert response.tool_calls == (ToolCall("", "t", {}, ""),)
     assert (response.usage.input_tokens, response.usage.output_tokens) == (9, 2)
+    assert not response.usage.estimated
+    # The engine's normaliser gives the call an id unique across the run.
+    normalised = normalise_response(response, step=3, seen_ids=set())
+    assert normalised.tool_calls == (ToolCall("ordo_3_0", "t", {}, ""),)
     assert response.finish_reason == "tool_calls"

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import ModelCallError, ModelError, ModelUnavailable
 from .transcript import Item, ToolCall, Usage
+
+__all__ = [
+    "ModelCallError",
+    "ModelClient",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelUnavailable",
+    "ToolDefinition",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +56,3 @@ class ModelClient(Protocol):
     model: str
 
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
-
-
-class ModelCallError(Exception):
-    """Base of the errors a model call ends in; messages never carry keys or content."""
-
-    reason = "ModelError"
-
-
-class ModelError(ModelCallError):
-    """The provider rejected the request (4xx other than 429): retrying will not help."""
-
-    reason = "ModelError"
-
-
-class ModelUnavailable(ModelCallError):
-    """429, 5xx or connection errors until retries or the deadline ran out."""
-
-    reason = "ModelUnavailable"

@@ -99,8 +99,13 @@ def item_from_dict(d: dict[str, Any]) -> Item:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Token counts of one model call (or, summed, of a run)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """True when the server reported no usage and the provider estimated it (characters / 4,
+    docs/providers.md); a sum is estimated if any part was. Budgets count estimates too."""
 
     @property
     def total_tokens(self) -> int:
@@ -108,7 +113,9 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.estimated or other.estimated,
         )
 
     def to_dict(self) -> dict[str, int]:

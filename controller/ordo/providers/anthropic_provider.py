@@ -18,25 +18,21 @@ from typing import Any
 import anthropic
 
 from ..api import ModelEndpoint
+from ..engine.jsontext import MAX_JSON_CHARS
 from ..engine.model import ModelError, ModelRequest, ModelResponse
+from ..engine.sanitize import json_value_ok
 from ..engine.transcript import (
     AssistantMessage,
     Item,
     SystemMessage,
     ToolCall,
     ToolResult,
-    Usage,
     UserMessage,
 )
 from ..tls import shared_ssl_context
-from .retry import (
-    Failure,
-    RetryPolicy,
-    call_with_retries,
-    parse_retry_after,
-    safe_token,
-    status_failure,
-)
+from .errors import UNREADABLE, classify, endpoint_label
+from .retry import RetryPolicy, call_with_retries
+from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 1024
@@ -95,22 +91,6 @@ def split_system(items: list[Item] | tuple[Item, ...]) -> tuple[str, list[dict[s
     return system, messages
 
 
-def classify(exc: Exception) -> Failure | None:
-    """An SDK exception as a content-free Failure (None: not an SDK error)."""
-    if isinstance(exc, anthropic.APIStatusError):
-        error_type = safe_token(getattr(exc, "error_code", None)) or safe_token(exc.type)
-        headers = dict(exc.response.headers) if exc.response is not None else None
-        return status_failure(exc.status_code, error_type, parse_retry_after(headers))
-    if isinstance(exc, anthropic.APITimeoutError):
-        return Failure(True, "the HTTP request timed out")
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "unknown"
-        return Failure(True, f"connection error ({cause})")
-    if isinstance(exc, anthropic.AnthropicError | ValueError):
-        return Failure(False, f"unreadable response ({type(exc).__name__})")
-    return None
-
-
 class AnthropicModelClient:
     """A ModelClient speaking the Anthropic Messages API."""
 
@@ -121,6 +101,7 @@ class AnthropicModelClient:
         self.model: str = spec.effective_model()
         self._spec = spec
         self._policy = RetryPolicy.from_endpoint(endpoint)
+        self._what = endpoint_label(endpoint)
         base_url = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
         if base_url.endswith("/v1"):  # the SDK adds /v1/messages itself
             base_url = base_url[: -len("/v1")]
@@ -186,47 +167,61 @@ class AnthropicModelClient:
             return await self._client.messages.create(**params, timeout=timeout)
 
         message = await call_with_retries(
-            attempt, classify, self._policy, request.deadline, "anthropic model call"
+            attempt, classify, self._policy, request.deadline, self._what
         )
-        return self._response(message, structured=request.output_schema is not None)
+        try:
+            return self._response(message, request)
+        except UNREADABLE as exc:  # a body of the wrong shape (the SDK does not validate)
+            raise ModelError(f"{self._what}: unreadable response ({type(exc).__name__})") from None
 
-    def _response(self, message: Any, *, structured: bool) -> ModelResponse:
+    def _response(self, message: Any, request: ModelRequest) -> ModelResponse:
+        """The answer as ordo's types. Odd names and ids stay as sent: the engine's
+        normaliser (engine/sanitize.py) makes them unique and safe."""
+        structured = request.output_schema is not None
         content = getattr(message, "content", None)
-        if content is None:
-            raise ModelError("anthropic model call: the response has no content")
+        if not isinstance(content, list):
+            raise ModelError(f"{self._what}: the response has no content")
         texts: list[str] = []
         calls: list[ToolCall] = []
         answer: str | None = None
         for block in content:
             kind = getattr(block, "type", None)
             if kind == "text":
-                texts.append(block.text)
+                if isinstance(block.text, str):
+                    texts.append(block.text)
             elif kind == "tool_use":
-                raw_input = block.input
-                if structured and block.name == OUTPUT_TOOL:
-                    answer = json.dumps(raw_input)
+                raw_input = getattr(block, "input", None)
+                name = block.name if isinstance(block.name, str) else ""
+                # The SDK parsed the body already; refuse what is too deep or not plain JSON
+                # before serialising it (arguments None: the loop rejects the call).
+                plain = isinstance(raw_input, dict) and json_value_ok(raw_input)
+                if structured and name == OUTPUT_TOOL:
+                    answer = json.dumps(raw_input) if plain else ""
                     continue
-                arguments = raw_input if isinstance(raw_input, dict) else None
-                raw = json.dumps(raw_input) if arguments is not None else str(raw_input)
-                calls.append(ToolCall(block.id, block.name, arguments, raw))
+                raw = json.dumps(raw_input) if plain else ""
+                arguments = raw_input if plain and len(raw) <= MAX_JSON_CHARS else None
+                call_id = block.id if isinstance(block.id, str) else ""
+                calls.append(ToolCall(call_id, name, arguments, raw))
         text = "".join(texts)
         if answer is not None and not calls:
             text = answer
-        usage = message.usage
-        input_tokens = 0
-        output_tokens = 0
-        if usage is not None:
-            input_tokens = (
-                (usage.input_tokens or 0)
-                + (getattr(usage, "cache_creation_input_tokens", None) or 0)
-                + (getattr(usage, "cache_read_input_tokens", None) or 0)
-            )
-            output_tokens = usage.output_tokens or 0
+        usage = getattr(message, "usage", None)
+        input_tokens = reported(getattr(usage, "input_tokens", None))
+        if input_tokens is not None:
+            for cached in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+                input_tokens += reported(getattr(usage, cached, None)) or 0
+        stop_reason = getattr(message, "stop_reason", None)
         return ModelResponse(
             text=text,
             tool_calls=tuple(calls),
-            usage=Usage(input_tokens, output_tokens),
-            finish_reason=getattr(message, "stop_reason", None) or "",
+            usage=usage_or_estimate(
+                input_tokens,
+                reported(getattr(usage, "output_tokens", None)),
+                request,
+                text,
+                calls,
+            ),
+            finish_reason=stop_reason if isinstance(stop_reason, str) else "",
         )
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from ..api import ModelEndpoint
+from ..engine.jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, bounded_json_loads
 from ..engine.model import ModelError, ModelRequest, ModelResponse
 from ..engine.transcript import (
     AssistantMessage,
@@ -27,18 +28,13 @@ from ..engine.transcript import (
     SystemMessage,
     ToolCall,
     ToolResult,
-    Usage,
     UserMessage,
 )
+from ..errors import UntrustedInputTooLarge
 from ..tls import shared_ssl_context
-from .retry import (
-    Failure,
-    RetryPolicy,
-    call_with_retries,
-    parse_retry_after,
-    safe_token,
-    status_failure,
-)
+from .errors import UNREADABLE, classify, endpoint_label
+from .retry import RetryPolicy, call_with_retries
+from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
@@ -95,14 +91,18 @@ def _argument_text(call: ToolCall) -> str:
     return json.dumps(call.arguments if call.arguments is not None else {})
 
 
-def parse_arguments(raw: str | None) -> dict[str, Any] | None:
-    """Tool-call arguments as an object, or None when the text is not a JSON object.
-    An empty text is an empty object (some servers send it for argument-less calls)."""
-    if raw is None or not raw.strip():
+def parse_arguments(raw: Any) -> dict[str, Any] | None:
+    """Tool-call arguments as an object, or None when the text is not a JSON object, is
+    longer than MAX_JSON_CHARS or nests deeper than MAX_JSON_DEPTH (bounded, linear-time
+    parsing: never an exception). An empty text is an empty object (some servers send it for
+    argument-less calls)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
+    if not isinstance(raw, str):
+        return None
     try:
-        value = json.loads(raw)
-    except ValueError:
+        value = bounded_json_loads(raw, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH)
+    except (ValueError, UntrustedInputTooLarge):
         return None
     return value if isinstance(value, dict) else None
 
@@ -120,22 +120,6 @@ def post_arguments(params: dict[str, Any]) -> tuple[dict[str, Any], openai.Reque
     return body, options
 
 
-def classify(exc: Exception) -> Failure | None:
-    """An SDK exception as a content-free Failure (None: not an SDK error)."""
-    if isinstance(exc, openai.APIStatusError):
-        error_type = safe_token(exc.code) or safe_token(exc.type)
-        headers = dict(exc.response.headers) if exc.response is not None else None
-        return status_failure(exc.status_code, error_type, parse_retry_after(headers))
-    if isinstance(exc, openai.APITimeoutError):
-        return Failure(True, "the HTTP request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "unknown"
-        return Failure(True, f"connection error ({cause})")
-    if isinstance(exc, openai.OpenAIError | ValueError):
-        return Failure(False, f"unreadable response ({type(exc).__name__})")
-    return None
-
-
 class OpenAIModelClient:
     """A ModelClient speaking Chat Completions."""
 
@@ -145,6 +129,7 @@ class OpenAIModelClient:
         self.model: str = spec.effective_model()
         self._spec = spec
         self._policy = RetryPolicy.from_endpoint(endpoint)
+        self._what = endpoint_label(endpoint)
         self._keyless = not api_key
         key = api_key or _NO_KEY
         if spec.provider == "azure-openai":
@@ -229,32 +214,43 @@ class OpenAIModelClient:
             )
 
         completion = await call_with_retries(
-            attempt, classify, self._policy, request.deadline, f"{self.provider} model call"
+            attempt, classify, self._policy, request.deadline, self._what
         )
-        return self._response(completion)
+        try:
+            return self._response(completion, request)
+        except UNREADABLE as exc:  # a body of the wrong shape (the SDK does not validate)
+            raise ModelError(f"{self._what}: unreadable response ({type(exc).__name__})") from None
 
-    def _response(self, completion: Any) -> ModelResponse:
+    def _response(self, completion: Any, request: ModelRequest) -> ModelResponse:
+        """The answer as ordo's types. Missing ids stay empty and odd names stay as sent: the
+        engine's normaliser (engine/sanitize.py) makes them unique and safe."""
         choices = getattr(completion, "choices", None)
         if not choices:
-            raise ModelError(f"{self.provider} model call: the response has no choices")
+            raise ModelError(f"{self._what}: the response has no choices")
         choice = choices[0]
         message = choice.message
         calls: list[ToolCall] = []
-        for n, call in enumerate(message.tool_calls or []):
+        for call in message.tool_calls or []:
             function = getattr(call, "function", None)
             if function is None:  # a custom (non-function) tool call: never offered
                 continue
-            raw = function.arguments or ""
-            calls.append(ToolCall(call.id or f"call_{n}", function.name, parse_arguments(raw), raw))
-        usage = completion.usage
+            raw = function.arguments if isinstance(function.arguments, str) else ""
+            name = function.name if isinstance(function.name, str) else ""
+            call_id = call.id if isinstance(call.id, str) else ""
+            calls.append(ToolCall(call_id, name, parse_arguments(raw), raw))
+        text = message.content if isinstance(message.content, str) else ""
+        usage = getattr(completion, "usage", None)
         return ModelResponse(
-            text=message.content or "",
+            text=text,
             tool_calls=tuple(calls),
-            usage=Usage(
-                (usage.prompt_tokens or 0) if usage else 0,
-                (usage.completion_tokens or 0) if usage else 0,
+            usage=usage_or_estimate(
+                reported(getattr(usage, "prompt_tokens", None)),
+                reported(getattr(usage, "completion_tokens", None)),
+                request,
+                text,
+                calls,
             ),
-            finish_reason=choice.finish_reason or "",
+            finish_reason=choice.finish_reason if isinstance(choice.finish_reason, str) else "",
         )
 
     async def close(self) -> None:

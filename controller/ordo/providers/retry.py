@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..api import ModelEndpoint, parse_duration
-from ..engine.model import ModelError, ModelUnavailable
+from ..errors import ModelError, ModelUnavailable
 
 log = logging.getLogger("ordo.providers")
 
