@@ -123,6 +123,9 @@ async def run_agent(
                         deadline=_loop_deadline(deadline),
                     )
                 )
+                from .sanitize import normalise_response  # the edge: names, ids, text, caps
+
+                response = normalise_response(response, step=step, seen_ids=state.seen_ids)
                 state.usage = state.usage + response.usage
                 state.items.append(AssistantMessage(response.text, response.tool_calls))
                 await emit(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .governance import Governance
-from .transcript import Item, Usage, item_from_dict, item_to_dict
+from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
 Phase = Literal["Succeeded", "Failed", "Cancelled"]
 OnToolDenied = Literal["Fail", "ReturnError"]
@@ -74,6 +74,8 @@ class RunState:
     """Model-visible names of tools already called (no longer offered)."""
     started_calls: set[str] = field(default_factory=set)
     """Ids of non-idempotent calls that may have started (recorded before they start)."""
+    seen_ids: set[str] = field(default_factory=set)
+    """Every tool-call id of the run so far (engine/sanitize.py keeps ids unique with it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,18 +85,30 @@ class RunState:
             "records": [r.to_dict() for r in self.records],
             "usedTools": sorted(self.used_tools),
             "startedCalls": sorted(self.started_calls),
+            "seenIds": sorted(self.seen_ids),
+            **({"usageEstimated": True} if self.usage.estimated else {}),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunState:
         usage = d.get("usage") or {}
+        items = [item_from_dict(i) for i in d.get("items", [])]
+        # A checkpoint written before `seenIds` existed: the transcript's ids are the ones seen.
+        transcript_ids = {
+            c.id for i in items if isinstance(i, AssistantMessage) for c in i.tool_calls
+        }
         return cls(
-            items=[item_from_dict(i) for i in d.get("items", [])],
+            items=items,
             step=int(d.get("step", 0)),
-            usage=Usage(int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))),
+            usage=Usage(
+                int(usage.get("inputTokens", 0)),
+                int(usage.get("outputTokens", 0)),
+                bool(d.get("usageEstimated", False)),
+            ),
             records=[ToolCallRecord.from_dict(r) for r in d.get("records", [])],
             used_tools=set(d.get("usedTools", [])),
             started_calls=set(d.get("startedCalls", [])),
+            seen_ids=set(d.get("seenIds", [])) | transcript_ids,
         )
 
 
