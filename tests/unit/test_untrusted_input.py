@@ -294,9 +294,44 @@ def test_schema_caps() -> None:
     assert f"deeper than {jsonschemas.MAX_SCHEMA_DEPTH} levels" in problem
     big = {"type": "object", "enum": ["x" * 100] * 3_000}
     assert "make it smaller" in check_schema(big)[0]
+    many = {"properties": {f"p{i}": {"type": "string"} for i in range(1_200)}}
+    assert f"more than {jsonschemas.MAX_SCHEMA_OBJECTS} objects" in check_schema(many)[0]
     long_pattern = {"pattern": "a" * (jsonschemas.MAX_PATTERN_CHARS + 1)}
     assert "longer than" in check_schema(long_pattern)[0]
     assert check_schema([]) == ["$: expected a JSON Schema object, got a list"]  # type: ignore[arg-type]
+
+
+def ref_chain(length: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(length)}
+    defs[f"d{length}"] = {"type": "string"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+async def test_long_ref_chains_are_refused_before_they_recurse() -> None:
+    assert check_schema(ref_chain(20)) == []
+    assert validator_for(ref_chain(20)).is_valid("x")
+    (problem,) = check_schema(ref_chain(4_000 // 8))
+    assert f"more than {jsonschemas.MAX_REF_CHAIN}" in problem
+    # Exponentially many paths through a diamond of allOf: the check stays linear.
+    diamond: dict[str, Any] = {
+        f"n{i}": {"allOf": [{"$ref": f"#/$defs/n{i + 1}"}, {"$ref": f"#/$defs/n{i + 1}"}]}
+        for i in range(40)
+    }
+    diamond["n40"] = {"type": "integer"}
+    async with StallWatchdog() as watchdog:
+        assert (
+            "would recurse too deeply" in check_schema({"$defs": diamond, "$ref": "#/$defs/n0"})[0]
+        )
+    assert watchdog.longest < STALL, watchdog.report()
+
+
+async def test_the_largest_accepted_schema_is_checked_without_a_long_stall() -> None:
+    props = {f"p{i}": {"type": "string", "pattern": f"^x{i}[a-z]+$"} for i in range(990)}
+    schema = {"type": "object", "properties": props}
+    async with StallWatchdog() as watchdog:
+        assert check_schema(schema) == []
+        assert validator_for(schema).is_valid({"p1": "x1abc"})
+    assert watchdog.longest < STALL, watchdog.report()
 
 
 def test_older_drafts_are_supported() -> None:

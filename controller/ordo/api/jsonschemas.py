@@ -3,14 +3,15 @@ and that MCP servers list at run time: checked before use, and validated with a 
 regex engine.
 
 A schema is accepted when it is
-- a JSON object of at most `MAX_SCHEMA_CHARS` characters (canonical JSON) and
-  `MAX_SCHEMA_DEPTH` levels of nesting;
+- a JSON object of at most `MAX_SCHEMA_CHARS` characters (canonical JSON),
+  `MAX_SCHEMA_OBJECTS` objects and `MAX_SCHEMA_DEPTH` levels of nesting;
 - valid against the metaschema of its declared draft (`$schema`; default 2020-12; drafts 4, 6,
   7, 2019-09 and 2020-12 are supported);
 - self-contained: every `$ref` / `$dynamicRef` resolves inside the schema itself to a subschema
   (remote references are refused, nothing is ever fetched), and no chain of references and
   in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`/`then`/`else`,
-  `dependentSchemas`) loops back on itself without consuming input;
+  `dependentSchemas`) loops back on itself without consuming input or is longer than
+  `MAX_REF_CHAIN`;
 - made of patterns (`pattern`, `patternProperties` keys) of at most `MAX_PATTERN_CHARS`
   characters that RE2 compiles. RE2 matches in time linear in the input; it has no
   backreferences or lookaround, so a pattern that needs them is refused.
@@ -43,8 +44,16 @@ from jsonschema.exceptions import ValidationError
 if TYPE_CHECKING:
     from ..errors import InvalidSchema
 
-MAX_SCHEMA_CHARS = 200_000
+MAX_SCHEMA_CHARS = 100_000
 """Largest schema, in characters of its canonical (sorted, compact) JSON."""
+
+MAX_SCHEMA_OBJECTS = 1_000
+"""Most JSON objects in one schema document. The metaschema check costs about 0.3 ms per
+subschema, so this bounds the first (memoised) check of a schema to a fraction of a second."""
+
+MAX_REF_CHAIN = 32
+"""Longest chain of `$ref`s and in-place applicators (`allOf`, `not`, ...) that does not
+consume input: each link is a level of recursion when the schema is evaluated."""
 
 MAX_SCHEMA_DEPTH = 64
 """Deepest nesting of objects/arrays in a schema document."""
@@ -217,6 +226,7 @@ def _shape_problems(schema: Any) -> list[str]:
     problems: list[str] = []
     stack: list[tuple[Any, Path]] = [(schema, ())]
     count = 0
+    objects = 0
     while stack:
         node, path = stack.pop()
         count += 1
@@ -230,6 +240,12 @@ def _shape_problems(schema: Any) -> list[str]:
                 f"$: the schema is more than {MAX_SCHEMA_CHARS} characters of JSON; make it smaller"
             ]
         if isinstance(node, dict):
+            objects += 1
+            if objects > MAX_SCHEMA_OBJECTS:
+                return [
+                    f"$: the schema has more than {MAX_SCHEMA_OBJECTS} objects; make it smaller "
+                    "(share repeated parts with $defs and $ref)"
+                ]
             for key, value in node.items():
                 if not isinstance(key, str):
                     problems.append(f"{json_path(path)}: keys must be strings (got {key!r})")
@@ -317,7 +333,8 @@ class _Walk:
     def problems(self) -> list[str]:
         self._walk()
         edges = self._resolve()
-        self._cycles(edges)
+        if not self._cycles(edges):
+            self._longest_chain(edges)
         if self.has_unevaluated_properties and self.has_pattern_properties:
             self.problems_.append(
                 "$: unevaluatedProperties cannot be combined with patternProperties "
@@ -434,7 +451,7 @@ class _Walk:
                 return None
         return tuple(path)
 
-    def _cycles(self, edges: dict[Path, list[Path]]) -> None:
+    def _cycles(self, edges: dict[Path, list[Path]]) -> bool:
         """A loop of refs and in-place applicators recurses forever on any input."""
         state: dict[Path, int] = {}  # 1 = on the stack, 2 = done
         for start in edges:
@@ -453,10 +470,32 @@ class _Walk:
                         f"{json_path(nxt)}: a $ref loop that consumes no input (through "
                         f"{json_path(node)}) would recurse forever; break the loop"
                     )
-                    return
+                    return True
                 elif not state.get(nxt):
                     state[nxt] = 1
                     stack.append((nxt, iter(edges.get(nxt, ()))))
+        return False
+
+    def _longest_chain(self, edges: dict[Path, list[Path]]) -> None:
+        """The longest in-place chain (the graph has no cycle here), without recursion."""
+        longest: dict[Path, int] = {}
+        for start in edges:
+            stack: list[tuple[Path, bool]] = [(start, False)]
+            while stack:
+                node, children_done = stack.pop()
+                if children_done:
+                    longest[node] = 1 + max((longest[c] for c in edges.get(node, ())), default=0)
+                elif node not in longest:
+                    stack.append((node, True))
+                    stack.extend((c, False) for c in edges.get(node, ()) if c not in longest)
+        if not longest:
+            return
+        start, length = max(longest.items(), key=lambda item: item[1])
+        if length > MAX_REF_CHAIN:
+            self.problems_.append(
+                f"{json_path(start)}: a chain of {length} subschemas linked by $ref and in-place "
+                f"applicators (more than {MAX_REF_CHAIN}) would recurse too deeply; shorten it"
+            )
 
 
 def _children(
@@ -542,8 +581,10 @@ def _validator(text: str) -> SchemaValidator:
 __all__ = [
     "DEFAULT_DIALECT",
     "MAX_PATTERN_CHARS",
+    "MAX_REF_CHAIN",
     "MAX_SCHEMA_CHARS",
     "MAX_SCHEMA_DEPTH",
+    "MAX_SCHEMA_OBJECTS",
     "SchemaValidator",
     "check_schema",
     "json_path",

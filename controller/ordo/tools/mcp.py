@@ -17,6 +17,7 @@ client (`mcp.Client` on `streamable_http_client`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -134,8 +135,9 @@ class McpToolExecutor:
                 f"listing the MCP server's tools failed ({type(_innermost(exc)).__name__})"
             ) from None
         if found is not None:
-            # Checked outside the session: an error raised inside it comes out wrapped.
-            return found[0], self._usable(found[1])
+            # Checked outside the session (an error raised inside it comes out wrapped), and
+            # in a thread: the first check of a large schema costs a fraction of a second.
+            return found[0], await asyncio.to_thread(self._usable, found[1])
         listed = ", ".join(sorted(names)[:20]) or "none"
         raise McpToolNotFound(
             f"the MCP server does not list a tool {self.tool_name!r} (it lists: {listed})"
