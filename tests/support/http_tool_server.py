@@ -7,23 +7,31 @@ Routes (any method):
     /status/<code>   that status, with a body that must never reach the model
     /slow?seconds=S  waits, then 200 "slow"
     /redirect        302 to /echo
+    /effect          a non-idempotent side effect: counts one execution of the call named by
+                     the JSON body's "task" and "call" fields (`effects`, `effects_by_task`);
+                     `?delay=S` waits S seconds *after* counting (the effect has happened,
+                     the answer is still in flight), then 200 {"ok": true, "executions": n}
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from typing import Any
 
 from aiohttp import web
+
+from .threaded_server import Cleanup, ServerThread, serve_aiohttp
 
 
 class HttpToolServer:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.effects: Counter[tuple[str, str]] = Counter()
+        """Executions of `/effect` by (task, call)."""
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = ServerThread("http-tool-server")
         self.port = 0
 
     @property
@@ -34,6 +42,18 @@ class HttpToolServer:
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
+
+    def effects_snapshot(self) -> Counter[tuple[str, str]]:
+        """A copy of `effects`, taken under the lock."""
+        with self._lock:
+            return Counter(self.effects)
+
+    def effects_by_task(self) -> Counter[str]:
+        """Executions of `/effect` per task (all its calls together)."""
+        out: Counter[str] = Counter()
+        for (task, _call), n in self.effects_snapshot().items():
+            out[task] += n
+        return out
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -53,6 +73,16 @@ class HttpToolServer:
         with self._lock:
             self.requests.append(record)
         path = request.path
+        if path == "/effect":
+            fields = body if isinstance(body, dict) else {}
+            key = (str(fields.get("task", "")), str(fields.get("call", "")))
+            with self._lock:
+                self.effects[key] += 1
+                executions = self.effects[key]
+            delay = float(request.query.get("delay", "0"))
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return web.json_response({"ok": True, "executions": executions})
         if path == "/echo":
             return web.json_response(
                 {
@@ -78,35 +108,16 @@ class HttpToolServer:
         return web.Response(status=404, text="no such route")
 
     def start(self) -> HttpToolServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
+        async def setup() -> tuple[int, Cleanup]:
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", self._handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
+            return await serve_aiohttp(app)
 
-        self._thread = threading.Thread(target=run, name="http-tool-server", daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self.port = self._thread.start(setup)
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._thread = None
+        self._thread.stop()
 
     def __enter__(self) -> HttpToolServer:
         return self.start()

@@ -30,6 +30,8 @@ from mcp.types import ImageContent, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from .threaded_server import Cleanup, ServerThread, serve_uvicorn
+
 
 class McpTestServer:
     """The test MCP server; `start()` serves it from a background thread."""
@@ -40,8 +42,7 @@ class McpTestServer:
         self.calls: Counter[str] = Counter()
         self.auth_headers: list[str | None] = []
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = ServerThread("mcp-server")
         self.mcp = self._build()
 
     def _count(self, name: str) -> None:
@@ -120,24 +121,14 @@ class McpTestServer:
         )
 
     def start(self) -> McpTestServer:
-        server = uvicorn.Server(self._config())
-        self._server = server
-        self._thread = threading.Thread(target=server.run, name="mcp-server", daemon=True)
-        self._thread.start()
-        for _ in range(1000):
-            if server.started:
-                break
-            if not self._thread.is_alive():
-                raise RuntimeError("the MCP test server did not start")
-            threading.Event().wait(0.01)
-        self.port = server.servers[0].sockets[0].getsockname()[1]
+        async def setup() -> tuple[int, Cleanup]:
+            return await serve_uvicorn(self._config())
+
+        self.port = self._thread.start(setup)
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
-            self._thread = None
+        self._thread.stop()
 
     def __enter__(self) -> McpTestServer:
         return self.start()
@@ -154,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     test_server = McpTestServer(require_token=args.require_token, port=args.port)
 
     async def run() -> None:
+        # In the main thread uvicorn handles SIGINT/SIGTERM itself: serve until it returns.
         server = uvicorn.Server(test_server._config())
         task = asyncio.create_task(server.serve())
         while not server.started:
