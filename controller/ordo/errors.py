@@ -113,3 +113,18 @@ class UntrustedInputTooLarge(OrdoError):
     """Model output or a tool result exceeds a size or nesting cap."""
 
     default_reason: ClassVar[Reason] = "InvalidOutput"
+
+
+def validation_problem(exc: Exception) -> str:
+    """`field.path: message` of the first error of a pydantic ValidationError (one place for
+    the wording that status messages, conditions and logs use)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return type(exc).__name__
+    first = errors()[0]
+    loc = "".join(
+        f"[{p}]" if isinstance(p, int) else ("." if i else "") + str(p)
+        for i, p in enumerate(first.get("loc", ()))
+    )
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{loc or '(root)'}: {msg}"[:1024]

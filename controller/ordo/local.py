@@ -31,7 +31,8 @@ from .engine.events import (
     ToolDecided,
     ToolFinished,
 )
-from .execution import TaskOutcome, execute
+from .runtime import TaskOutcome, execute
+from .runtime.status import to_patch as status_patch
 
 
 def secret_env_name(name: str, key: str) -> str:
@@ -143,5 +144,5 @@ async def run_tasks(
 
 def task_document(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
     body = task.to_dict()
-    body["status"] = outcome.status()
+    body["status"] = status_patch(outcome.status())
     return body

@@ -17,7 +17,7 @@ from typing import Any
 from ordo.engine.governance import Governance
 from ordo.engine.model import ModelRequest, ModelResponse
 from ordo.engine.state import RunConfig, RunState
-from ordo.engine.store import StoreError
+from ordo.errors import StoreError
 from ordo.engine.tooling import ToolBinding, ToolFailure, ToolOutput
 from ordo.engine.transcript import AssistantMessage, Item, ToolCall, ToolResult, Usage
 

@@ -9,7 +9,7 @@ import pytest
 
 from ordo.api import ModelEndpoint, Tool
 from ordo.engine.governance import Governance
-from ordo.engine.resolve import ResolvedTool
+from ordo.engine.tooling import ResolvedTool
 from ordo.engine.state import RunConfig
 
 from .scripted import Step

@@ -142,7 +142,12 @@ async def test_called_tool_is_not_offered_in_later_steps_but_memory_builtins_are
             answer("done"),
         ]
     )
-    result = await run_agent(run_config(open_governance("search", "fetch")), model, box.bindings)
+    gov = Governance(
+        candidate_tools=frozenset({"search", "fetch"}),
+        memory="mem",
+        memory_operations=frozenset({"read", "write"}),
+    )
+    result = await run_agent(run_config(gov), model, box.bindings)
     assert result.phase == "Succeeded"
     offered = [r.tool_names for r in model.requests]
     assert offered[0] == {"search", "fetch", "memory_read", "memory_write"}
@@ -216,7 +221,10 @@ async def test_duplicate_builtin_call_in_one_response_is_rejected_too() -> None:
     model = ScriptedModel(
         [tools_turn(call("memory_write", "c1"), call("memory_write", "c2")), answer("ok")]
     )
-    result = await run_agent(run_config(open_governance()), model, box.bindings)
+    gov = Governance(
+        candidate_tools=frozenset(), memory="mem", memory_operations=frozenset({"write"})
+    )
+    result = await run_agent(run_config(gov), model, box.bindings)
     assert box.calls("memory_write") == 1
     assert record_map(result)["c2"] == ("rejected", "DuplicateInResponse")
 
@@ -334,18 +342,23 @@ async def test_unreadable_governance_denies_every_tool_call() -> None:
     assert box.calls("a") == 0
 
 
-async def test_memory_builtins_bypass_tool_governance() -> None:
-    """Built-in memory tools are not Tools: no ToolPermission, role or policy applies to them
-    (not even an unreadable policy list). What is offered is decided by memory.allow."""
+async def test_memory_builtins_are_governed_too() -> None:
+    """Built-in memory tools go through governance like any tool: the cannot-decide state
+    denies them and they never run (DESIGN §4, fail closed)."""
     box = toolbox(builtins=["memory_read"])
     gov = Governance(
-        candidate_tools=frozenset(), has_roles=True, unreadable="AgentPolicies could not be read"
+        candidate_tools=frozenset(),
+        memory="mem",
+        memory_operations=frozenset({"read"}),
+        unreadable="ToolPermissions could not be read",
     )
     model = ScriptedModel([tools_turn(call("memory_read", "c1", key="k")), answer("ok")])
     result = await run_agent(run_config(gov), model, box.bindings)
-    assert result.phase == "Succeeded"
-    assert record_map(result) == {"c1": ("allowed", "BuiltinMemoryTool")}
-    assert box.calls("memory_read") == 1
+    assert result.reason == "ToolDenied"
+    assert record_map(result) == {
+        "c1": ("denied", "CannotDecide: ToolPermissions could not be read")
+    }
+    assert box.calls("memory_read") == 0
 
 
 async def test_governance_and_status_use_the_object_name_not_the_model_name() -> None:

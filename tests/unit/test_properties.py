@@ -25,7 +25,7 @@ from ordo.engine.model import ModelError, ModelRequest, ModelResponse, ModelUnav
 from ordo.engine.state import RunConfig, RunState
 from ordo.engine.tooling import ToolBinding, ToolFailure, ToolOutput
 from ordo.engine.transcript import ToolCall, Usage
-from ordo.execution import TaskOutcome, execute
+from ordo.runtime import TaskOutcome, execute
 from ordo.providers.mock import MockModelClient
 from support.engine_fakes import (
     DictStore,
@@ -216,7 +216,7 @@ def build_model(world: World, cancel: asyncio.Event, usage: Usage) -> ScriptedMo
 
 
 def check_status_contract(result: Any) -> None:
-    status = TaskOutcome(result.phase, result.reason, result.message, result).status()
+    status = TaskOutcome(result.phase, result.reason, result.message, result).status().to_dict()
     TaskStatus.model_validate(status)  # phase, reason, decisions, outcomes are all documented
     assert "zz_call" not in json.dumps(status) and "ARGVALUE" not in json.dumps(status)
 
@@ -388,7 +388,7 @@ def test_random_manifest_runs_through_execute(case: tuple[list[dict[str, Any]], 
     )
 
     assert outcome.phase in TERMINAL_PHASES and outcome.reason in REASONS
-    TaskStatus.model_validate(outcome.status())
+    TaskStatus.model_validate(outcome.status().to_dict())
     assert outcome.snapshot is not None and outcome.result is not None
     assert factory.calls <= outcome.snapshot.max_steps
     assert factory.calls == outcome.result.step

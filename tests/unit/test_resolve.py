@@ -3,14 +3,17 @@ zero model calls."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ordo.api import MEMORY_OPERATIONS, Task
 from ordo.engine import output
-from ordo.engine.resolve import ResolutionError, resolve, system_prompt, user_message
-from ordo.execution import execute
+from ordo.runtime.resolve import ResolutionError, resolve, system_prompt, user_message
+from ordo.errors import StoreError
+from ordo.runtime import execute
 from support.engine_fakes import (
     DictStore,
     ModelFactory,
@@ -47,7 +50,7 @@ async def fails_with(store: DictStore, reason: str, the_task: Task | None = None
     outcome = await execute(the_task, store, model_factory=factory)
     assert (outcome.phase, outcome.reason) == ("Failed", reason)
     assert factory.models == [] and factory.calls == 0
-    status = outcome.status()
+    status = outcome.status().to_dict()
     assert status["step"] == 0
     assert status["usage"] == {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
     assert status["message"] == info.value.message
@@ -164,12 +167,13 @@ async def test_invalid_agent_is_invalid_spec(bad_agent: dict[str, Any]) -> None:
 
 
 async def test_invalid_output_schema_is_invalid_spec() -> None:
-    store = DictStore(*good_objects())
-    message = await fails_with(store, "InvalidSpec", task(outputSchema={"type": "objekt"}))
-    assert "Task spec.outputSchema" in message
+    # The Task's own schema is checked when the Task is read (the operator reports that
+    # InvalidSpec before claiming); the Agent's when the run resolves it.
+    with pytest.raises(ValidationError, match="outputSchema"):
+        task(outputSchema={"type": "objekt"})
     store2 = DictStore(*good_objects(outputSchema={"type": 5}))
     message = await fails_with(store2, "InvalidSpec")
-    assert "Agent 'agent' spec.outputSchema" in message
+    assert "Agent 'agent' is invalid at spec.outputSchema" in message
 
 
 async def test_invalid_tool_input_schema_is_invalid_spec() -> None:
@@ -179,7 +183,7 @@ async def test_invalid_tool_input_schema_is_invalid_spec() -> None:
     message = await fails_with(
         DictStore(agent(tools=["search"]), mock_endpoint(), tool), "InvalidSpec"
     )
-    assert "Tool 'search' spec.inputSchema" in message
+    assert "Tool 'search' is invalid at spec.inputSchema" in message
 
 
 async def test_tool_name_that_cannot_be_a_function_name_is_invalid_spec() -> None:
@@ -198,11 +202,14 @@ async def test_model_not_allowed() -> None:
     assert "'approved'" in message and "'mock'" in message
 
 
-async def test_model_allowed_by_model_name_or_endpoint_name() -> None:
+async def test_model_allowed_by_the_model_called_never_by_the_endpoint_name() -> None:
     by_model = DictStore(agent(), endpoint(model="mock-1"), policy("p", allowedModels=["mock-1"]))
     assert (await resolve(task(), by_model)).endpoint.name == "model"
+    # Whoever may create ModelEndpoints could name one after an allowed model and point it
+    # anywhere: the endpoint's name never satisfies allowedModels.
     by_endpoint = DictStore(agent(), endpoint(model="mock-1"), policy("p", allowedModels=["model"]))
-    assert (await resolve(task(), by_endpoint)).endpoint.name == "model"
+    message = await fails_with(by_endpoint, "ModelNotAllowed")
+    assert "'mock-1'" in message and "'p'" in message
 
 
 async def test_every_selecting_policy_must_allow_the_model() -> None:
@@ -274,7 +281,7 @@ async def test_skill_narrowing_end_to_end_a_tool_outside_the_skill_is_not_offere
     factory = ModelFactory(lambda s: MockModelClient(s.endpoint))
     outcome = await execute(task(skill="lookup"), store, model_factory=factory)
     assert (outcome.phase, outcome.reason) == ("Failed", "ToolDenied")
-    assert outcome.status()["toolCalls"][0]["reason"] == "NotOffered"
+    assert outcome.status().to_dict()["toolCalls"][0]["reason"] == "NotOffered"
     (model,) = factory.models
     assert [t.name for t in model.requests[0].tools] == ["search"]
 
@@ -429,3 +436,70 @@ async def test_content_hash_is_stable_and_follows_content() -> None:
     changed = await resolve(task(), store)
     assert changed.content_hash != first.content_hash
     assert first.agent_generation == 1
+
+
+# -- fail closed, limits that only narrow, every run ends ------------------------------
+
+
+class _FailingStore(DictStore):
+    """A store whose AgentPolicy list fails (API error, RBAC)."""
+
+    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        if kind == "AgentPolicy":
+            raise StoreError("403 Forbidden")
+        return await super().list(kind, namespace)
+
+
+async def test_policies_that_cannot_be_listed_fail_closed_before_any_model_call() -> None:
+    store = _FailingStore(*good_objects())
+    message = await fails_with(store, "PolicyUnavailable")
+    assert "could not be listed" in message
+
+
+async def test_a_policy_that_does_not_parse_fails_closed_naming_it() -> None:
+    bad = policy("strict", maxSteps=0)  # the CRD refuses it today; stored before, it is read
+    message = await fails_with(DictStore(*good_objects(), bad), "PolicyUnavailable")
+    assert "'strict'" in message and "maxSteps" in message
+
+
+async def test_deadline_is_anchored_at_the_first_start_not_at_each_resume() -> None:
+    factory = counting_factory()
+    outcome = await execute(
+        task(), DictStore(*good_objects()), model_factory=factory, started_at=time.time() - 3600
+    )
+    assert (outcome.phase, outcome.reason) == ("Failed", "Timeout")
+    assert factory.calls == 0
+
+
+async def test_limits_only_narrow() -> None:
+    store = DictStore(*good_objects(limits={"maxSteps": 3, "timeout": "10s"}))
+    snap = await resolve(task(limits={"maxSteps": 50, "timeout": "1h"}), store)
+    assert (snap.max_steps, snap.timeout) == (3, 10.0)
+    snap = await resolve(task(limits={"maxSteps": 2, "timeout": "2s"}), store)
+    assert (snap.max_steps, snap.timeout) == (2, 2.0)
+
+
+async def test_an_unexpected_exception_ends_the_run_internal_error_naming_only_its_type() -> None:
+    canary = "CANARY-7f3a-secret-prompt"
+
+    class Broken:
+        provider, model = "mock", "mock-1"
+        requests: list[Any] = []
+
+        async def complete(self, request: Any) -> Any:
+            raise RuntimeError(canary)
+
+    outcome = await execute(task(), DictStore(*good_objects()), model_factory=lambda s: Broken())
+    assert (outcome.phase, outcome.reason) == ("Failed", "InternalError")
+    status = outcome.status().to_dict()
+    assert "RuntimeError" in status["message"] and canary not in str(status)
+
+
+async def test_an_unexpected_exception_in_resolution_ends_the_run_too() -> None:
+    class Exploding(DictStore):
+        async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+            raise KeyError("boom")
+
+    outcome = await execute(task(), Exploding(*good_objects()), model_factory=counting_factory())
+    assert (outcome.phase, outcome.reason) == ("Failed", "InternalError")
+    assert "KeyError" in outcome.message

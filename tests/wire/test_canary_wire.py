@@ -19,7 +19,7 @@ from tests.support.wire import CANARY, calls, endpoint, resolved, run_config, te
 from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelCallError, ModelRequest
 from ordo.engine.transcript import SystemMessage, UserMessage
-from ordo.execution import TaskOutcome
+from ordo.runtime import TaskOutcome
 from ordo.providers import build_model_client
 from ordo.tools import binding
 
@@ -103,7 +103,7 @@ async def test_canary_key_is_never_logged_or_reported(
     # ... and nowhere else.
     assert CANARY not in everything_logged(debug_logs)
     assert CANARY not in repr(result) and CANARY not in json.dumps(result.state.to_dict())
-    status = TaskOutcome(result.phase, result.reason, result.message, result).status()
+    status = TaskOutcome(result.phase, result.reason, result.message, result).status().to_dict()
     assert CANARY not in json.dumps(status)
 
 
@@ -127,7 +127,7 @@ async def test_canary_key_echoed_by_a_401_stays_out_of_errors(
     assert all(CANARY not in part for part in chain)
     assert result.reason == "ModelError" and CANARY not in result.message
     assert CANARY not in everything_logged(debug_logs)
-    status = TaskOutcome(result.phase, result.reason, result.message, result).status()
+    status = TaskOutcome(result.phase, result.reason, result.message, result).status().to_dict()
     assert CANARY not in json.dumps(status)
 
 

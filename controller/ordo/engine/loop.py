@@ -36,14 +36,14 @@ from .events import (
     ToolDecided,
     ToolFinished,
 )
+from ..errors import Interrupted, LeaseLost, OrdoError
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
-from .state import RunConfig, RunResult, RunState, ToolCallRecord
+from ..api.task import Reason
+from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
 from .tooling import ToolBinding, ToolFailure
 from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
 
 
-class Interrupted(Exception):
-    """The run cannot resume safely (a non-idempotent tool call may have run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +73,24 @@ async def run_agent(
     anything the model or a tool does; cancellation of the calling task propagates."""
     sinks = tuple(listeners)
     state = state if state is not None else initial_state(config)
-    deadline = time.monotonic() + config.timeout if config.timeout else None
+    deadline = (
+        time.monotonic() + config.timeout - config.elapsed if config.timeout is not None else None
+    )
 
     async def emit(event: Event) -> None:
         for sink in sinks:
             await sink(event)
 
     async def finish(
-        phase: str, reason: str, message: str, structured: dict[str, Any] | None = None
+        phase: Phase,
+        reason: Reason,
+        message: str,
+        structured: dict[str, Any] | None = None,
+        error: OrdoError | None = None,
     ) -> RunResult:
         text = state.items[-1].text if isinstance(state.items[-1], AssistantMessage) else ""
         out = text if phase == "Succeeded" else _last_text(state)
-        result = RunResult(phase, reason, message, out, structured, state)  # type: ignore[arg-type]
+        result = RunResult(phase, reason, message, out, structured, state, error)
         await emit(RunFinished(result))
         return result
 
@@ -102,6 +108,8 @@ async def run_agent(
                     return await finish(
                         "Cancelled", "Cancelled", f"cancelled after {state.step} step(s)"
                     )
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError  # also when nothing awaited yielded to the timer
                 if state.step >= config.max_steps:
                     return await finish(
                         "Failed",
@@ -160,12 +168,15 @@ async def run_agent(
     except TimeoutError:
         _fill_unanswered(state)
         return await finish(
-            "Failed", "Timeout", f"the run did not finish within {config.timeout:g}s (timeout)"
+            "Failed", "Timeout", f"the run did not finish within {config.timeout or 0:g}s (timeout)"
         )
-    except ModelCallError as exc:
-        return await finish("Failed", exc.reason, str(exc))
-    except Interrupted as exc:
-        return await finish("Failed", "Interrupted", str(exc))
+    except LeaseLost:
+        raise  # another execution owns the Task now: this one ends without a verdict
+    except (ModelCallError, Interrupted) as exc:
+        return await finish("Failed", exc.reason, str(exc), error=exc)
+    except OrdoError as exc:  # e.g. a checkpoint that cannot be written
+        _fill_unanswered(state)
+        return await finish("Failed", exc.reason, str(exc), error=exc)
 
 
 def _loop_deadline(deadline: float | None) -> float | None:
@@ -189,7 +200,7 @@ async def _final_answer(config: RunConfig, text: str, finish: Any) -> RunResult:
     try:
         structured = output_mod.parse(text, config.output_schema)
     except output_mod.InvalidOutput as exc:
-        result = await finish("Failed", "InvalidOutput", str(exc))
+        result = await finish("Failed", exc.reason, str(exc), error=exc)
         return result
     result = await finish(
         "Succeeded", "Succeeded", "the agent answered with valid structured output", structured

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..api.task import Reason
+from ..errors import OrdoError
 from .governance import Governance
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
@@ -24,6 +26,9 @@ class RunConfig:
     token_budget: int | None = None
     output_schema: dict[str, Any] | None = None
     on_tool_denied: OnToolDenied = "Fail"
+    elapsed: float = 0.0
+    """Seconds of `timeout` already spent (the deadline is anchored at the first start, so a
+    resumed run or a slow set-up does not get a fresh full timeout)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +122,13 @@ class RunResult:
     """How a run ended: the Task status fields of DESIGN §5 that the engine owns."""
 
     phase: Phase
-    reason: str
+    reason: Reason
     message: str
     output: str
     structured_output: dict[str, Any] | None
     state: RunState
+    error: OrdoError | None = None
+    """The ordo error that ended the run, if one did."""
 
     @property
     def step(self) -> int:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..api import Tool
+from ..errors import ToolFailure
+
+__all__ = ["ResolvedTool", "ToolBinding", "ToolExecutor", "ToolFailure", "ToolOutput"]
+
 
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
@@ -20,11 +25,6 @@ class ToolExecutor(Protocol):
     async def __call__(self, arguments: dict[str, Any]) -> ToolOutput: ...
 
 
-class ToolFailure(Exception):
-    """A tool call failed (non-2xx, timeout, connection refused). The message goes to the
-    model as an error result, so it must not carry secrets."""
-
-
 @dataclass(frozen=True, slots=True)
 class ToolBinding:
     """A tool the run can offer: the model-visible name, its schema and how to execute it."""
@@ -37,6 +37,17 @@ class ToolBinding:
     parameters: dict[str, Any]
     executor: ToolExecutor
     builtin: bool = False
-    """Built-in memory tools: never removed after use, not subject to Tool governance."""
+    """Built-in memory tools: never removed after use; governed as `memory_<op>` (see
+    engine/governance.py)."""
     idempotent: bool = False
     timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedTool:
+    """A Tool object as resolved for one run: the object, the name the model sees and its
+    Secret value (if any)."""
+
+    tool: Tool
+    model_name: str
+    secret: str | None = None

@@ -35,8 +35,12 @@ class OperatorConfig:
     peering: str | None = None
 
 
-class _State:
-    config = OperatorConfig()
+@dataclass
+class OperatorState:
+    """Everything one operator process holds, kept in kopf's memo (`memo.ordo`): handlers
+    read it from there, never from a module global."""
+
+    config: OperatorConfig
     client: KubeClient | None = None
     scheduler: TaskScheduler | None = None
     readiness: ReadinessReconciler | None = None
@@ -45,7 +49,19 @@ class _State:
     resync: asyncio.Task[None] | None = None
 
 
-STATE = _State()
+def new_memo(config: OperatorConfig) -> kopf.Memo:
+    """The memo to pass to `kopf.operator(memo=...)`."""
+    memo = kopf.Memo()
+    memo["ordo"] = OperatorState(config)
+    return memo
+
+
+def _state(memo: kopf.Memo) -> OperatorState:
+    state = memo.get("ordo")
+    if not isinstance(state, OperatorState):
+        state = OperatorState(OperatorConfig())
+        memo["ordo"] = state
+    return state
 
 
 @kopf.on.login()
@@ -54,7 +70,8 @@ def _login(**_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.on.startup()
-async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    STATE = _state(memo)
     cfg = STATE.config
     settings.posting.enabled = False  # ordo posts its own, sanitised Events
     # Serve the namespaces given on the command line (or all) and the ordo CRDs present at
@@ -86,22 +103,30 @@ async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
     STATE.health.namespaces = list(cfg.namespaces)
     await STATE.health.start()
-    STATE.resync = asyncio.create_task(_resync_loop(cfg.resync_seconds))
+    STATE.resync = asyncio.create_task(_resync_loop(STATE, cfg.resync_seconds))
     log.info("operator started", extra={"ordo": {"maxConcurrentTasks": cfg.max_concurrent_tasks}})
 
 
-async def _resync_loop(interval: float) -> None:
+async def _resync_loop(state: OperatorState, interval: float) -> None:
+    """Every interval: re-evaluate readiness, and sweep Tasks (a Task whose job gave up on a
+    Kubernetes API outage is picked up again once the API answers)."""
     while True:
         await asyncio.sleep(interval)
-        if STATE.readiness is not None:
+        if state.readiness is not None:
             try:
-                await STATE.readiness.resync()
+                await state.readiness.resync()
             except Exception:
                 log.exception("readiness resync failed")
+        if state.scheduler is not None:
+            try:
+                await state.scheduler.sweep()
+            except Exception:
+                log.exception("task sweep failed")
 
 
 @kopf.on.cleanup()
-async def _cleanup(**_: Any) -> None:
+async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
+    STATE = _state(memo)
     if STATE.resync is not None:
         STATE.resync.cancel()
     if STATE.scheduler is not None:
@@ -113,9 +138,10 @@ async def _cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "tasks")
-async def _task_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    if STATE.scheduler is not None:
-        STATE.scheduler.observe(_plain(body), event.get("type"))
+async def _task_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    scheduler = _state(memo).scheduler
+    if scheduler is not None:
+        scheduler.observe(_plain(body), event.get("type"))
 
 
 READINESS_KINDS = {
@@ -128,11 +154,12 @@ READINESS_KINDS = {
 
 
 def _readiness_handler(kind: str) -> Any:
-    async def handler(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if STATE.readiness is None:
+    async def handler(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        readiness = _state(memo).readiness
+        if readiness is None:
             return
         try:
-            await STATE.readiness.observe(kind, _plain(body), event.get("type"))
+            await readiness.observe(kind, _plain(body), event.get("type"))
         except Exception:
             log.exception("readiness evaluation failed", extra={"ordo": {"kind": kind}})
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_concurrent_tasks < 1:
         logging.getLogger("ordo.operator").error("--max-concurrent-tasks must be at least 1")
         return 2
-    handlers.STATE.config = handlers.OperatorConfig(
+    config = handlers.OperatorConfig(
         max_concurrent_tasks=args.max_concurrent_tasks,
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         namespaces=list(args.namespace or []),
         peering=args.peering,
     )
-    kwargs: dict[str, Any] = {"standalone": args.peering is None}
+    kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:
         kwargs["peering_name"] = args.peering
     if args.namespace:

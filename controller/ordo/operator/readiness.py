@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from ..api import Agent, Memory, ModelEndpoint, Tool
 from ..api.tool import model_tool_name
-from ..engine.resolve import ResolvedTool
-from ..engine.store import StoreError
+from ..engine.tooling import ResolvedTool
+from ..errors import InvalidSchema, StoreError
 from .conditions import same_conditions, set_condition
 from .kube import ApiError, KubeClient
 from .store import KubeStore
@@ -86,6 +86,8 @@ async def tool_verdict(body: dict[str, Any], store: KubeStore) -> Verdict:
             executor = McpToolExecutor(ResolvedTool(tool, visible, secret))
             async with asyncio.timeout(10):
                 await executor.describe()
+        except InvalidSchema as exc:
+            return ("False", "InvalidSpec", str(exc)[:1024])
         except Exception as exc:
             remote = (tool.spec.mcp.tool_name if tool.spec.mcp else None) or tool.name
             return (

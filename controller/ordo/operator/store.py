@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..engine.store import StoreError
+from ..errors import StoreError
 from .kube import ApiError, KubeClient
 
 
@@ -31,7 +31,7 @@ class KubeStore:
         try:
             secret = await self._client.get("Secret", namespace, name)
         except ApiError as exc:
-            raise StoreError(f"Secret {name!r}: {exc.status} {exc.reason}") from None
+            raise StoreError(f"Secret {name!r}: {exc.status} {exc.api_reason}") from None
         except OSError as exc:
             raise StoreError(f"Secret {name!r}: {type(exc).__name__}") from None
         if secret is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..api import parse_duration
-from ..engine.resolve import ResolvedTool
+from ..engine.tooling import ResolvedTool
 from ..engine.tooling import ToolBinding, ToolExecutor
 
 

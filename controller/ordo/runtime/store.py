@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..errors import StoreError
 
-class StoreError(Exception):
-    """An object could not be read (API error, permission): decisions that need it fail closed."""
+__all__ = ["ObjectStore", "StoreError"]
 
 
 class ObjectStore(Protocol):

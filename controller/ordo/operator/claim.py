@@ -1,0 +1,166 @@
+"""Claiming a Task for one execution: wait for another holder's lease, refuse a duplicate
+idempotencyKey, add the finalizer, take the execution lease and write the claim. Every write
+is conditional (resourceVersion), so of two racing processes one claims and one backs off; a
+claim whose response was lost (a transport error after the write reached the server) is
+recognised by its executionId instead of being taken for someone else's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import TERMINAL_PHASES
+from .conditions import now, set_condition
+from .kube import ApiError, KubeClient
+from .lease import ExecutionLease
+from .writer import FINALIZER
+
+CLAIM_ATTEMPTS = 5
+log = logging.getLogger("ordo.operator")
+
+
+@dataclass(frozen=True)
+class Claim:
+    body: dict[str, Any]
+    """The Task as the claim write returned it."""
+    execution_id: str
+    lease: ExecutionLease
+    resuming: bool
+
+
+class Claimer:
+    def __init__(self, client: KubeClient, identity: str, lease_seconds: float) -> None:
+        self.client = client
+        self.identity = identity
+        self.lease_seconds = lease_seconds
+
+    def lease(self, body: dict[str, Any]) -> ExecutionLease:
+        return ExecutionLease(self.client, body, self.identity, self.lease_seconds)
+
+    async def wait_for_other_holder(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Task, once no other process holds it: a `Running` Task may be executing
+        elsewhere, so wait until its execution lease expires. None if it is gone or ended."""
+        while True:
+            body = await self.client.get("Task", namespace, name)
+            if body is None:
+                return None
+            phase = (body.get("status") or {}).get("phase")
+            if phase != "Running":
+                return None if phase in TERMINAL_PHASES else body
+            remaining = await self.lease(body).held_elsewhere()
+            if remaining <= 0:
+                return body
+            log.info(
+                "task is held by another execution; waiting for its lease",
+                extra={"ordo": {"seconds": round(remaining, 1)}},
+            )
+            await asyncio.sleep(remaining + 0.2)
+
+    async def duplicate_of(self, body: dict[str, Any]) -> str | None:
+        """The name of an earlier Task with the same idempotencyKey, if any. A Task that was
+        claimed wins over one that was not; otherwise the older (then by name) wins."""
+        key = body["spec"]["idempotencyKey"]
+        me = body["metadata"]
+        mine = (me.get("creationTimestamp", ""), me["name"])
+        for other in await self.client.list("Task", me["namespace"]):
+            ometa = other["metadata"]
+            if ometa["uid"] == me["uid"] or (other.get("spec") or {}).get("idempotencyKey") != key:
+                continue
+            ostatus = other.get("status") or {}
+            if ostatus.get("reason") == "DuplicateExecution":
+                continue
+            if (
+                ostatus.get("executionId")
+                or (ometa.get("creationTimestamp", ""), ometa["name"]) < mine
+            ):
+                return str(ometa["name"])
+        return None
+
+    async def claim(self, body: dict[str, Any], resuming: bool) -> Claim | None:
+        """Add the finalizer, take the execution lease, and write the claim. None if another
+        process claimed or ended the Task meanwhile, or holds a live lease on it."""
+        meta = body["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        execution_id = uuid.uuid4().hex[:12]
+        lease: ExecutionLease | None = None
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                if FINALIZER not in (meta.get("finalizers") or []):
+                    body = await self.client.patch(
+                        "Task",
+                        ns,
+                        name,
+                        {
+                            "metadata": {
+                                "resourceVersion": meta["resourceVersion"],
+                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                            }
+                        },
+                    )
+                    meta = body["metadata"]
+                status = body.get("status") or {}
+                if status.get("executionId") == execution_id:
+                    return Claim(body, execution_id, lease or self.lease(body), resuming)
+                if status.get("phase") in TERMINAL_PHASES or (
+                    status.get("phase") == "Running" and not resuming
+                ):
+                    return None  # someone else claimed or finished it meanwhile
+                if lease is None:
+                    lease = self.lease(body)
+                    if not await lease.acquire():
+                        return None  # another process holds a live lease on this Task
+                body = await self.client.patch(
+                    "Task", ns, name, self._claim_patch(body, execution_id, resuming), status=True
+                )
+                return Claim(body, execution_id, lease, resuming)
+            except ApiError as exc:
+                if not (exc.conflict or exc.transient):
+                    raise
+                # A conflict, or a failure that may hide an applied write: read the Task
+                # again; our own executionId there means the claim did land.
+                await asyncio.sleep(0.2)
+                fresh = await self.client.get("Task", ns, name)
+                if fresh is None:
+                    return None
+                body, meta = fresh, fresh["metadata"]
+                if (fresh.get("status") or {}).get("executionId") == execution_id:
+                    return Claim(fresh, execution_id, lease or self.lease(fresh), resuming)
+                if (fresh.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                    return None
+        log.warning("could not claim the Task after repeated conflicts or API errors")
+        if lease is not None:
+            await lease.release()
+        return None
+
+    @staticmethod
+    def _claim_patch(body: dict[str, Any], execution_id: str, resuming: bool) -> dict[str, Any]:
+        meta = body["metadata"]
+        status = body.get("status") or {}
+        conditions = set_condition(
+            status.get("conditions"),
+            "Scheduled",
+            "True",
+            "Claimed",
+            f"execution {execution_id} claimed the Task",
+        )
+        conditions = set_condition(
+            conditions,
+            "Running",
+            "True",
+            "Resumed" if resuming else "Started",
+            f"execution {execution_id}",
+        )
+        return {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": {
+                "phase": "Running",
+                "executionId": execution_id,
+                "startedAt": status.get("startedAt") or now(),
+                "observedGeneration": meta.get("generation"),
+                "conditions": conditions,
+                "step": status.get("step", 0),
+            },
+        }

@@ -1,0 +1,143 @@
+"""Runs one claimed Task through `ordo.runtime.execute`, adding only what is Kubernetes-
+specific: the execution lease (renewed while the run lasts; losing it stops the run before
+any further side effect), the checkpoint (resume from it; a Task that made progress but has
+no checkpoint ends `Interrupted`, never starts over), and the status/Event writers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from ..api import Task
+from ..errors import Interrupted
+from ..runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
+from ..runtime.store import ObjectStore
+from . import logs
+from .checkpoint import CheckpointStore
+from .claim import Claim
+from .metrics import Metrics
+from .writer import ProgressWriter, TaskWriter, log_events
+
+log = logging.getLogger("ordo.operator")
+
+
+def parse_time(value: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp as the operator writes it, or None."""
+    if not value:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
+        try:
+            return datetime.strptime(value, fmt).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+class Runner:
+    def __init__(
+        self,
+        writer: TaskWriter,
+        store: ObjectStore,
+        metrics: Metrics,
+        model_factory: ModelFactory,
+        *,
+        keep_checkpoints: bool = False,
+    ) -> None:
+        self.writer = writer
+        self.store = store
+        self.metrics = metrics
+        self.model_factory = model_factory
+        self.keep_checkpoints = keep_checkpoints
+
+    async def run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
+        """Run the claimed Task to its end while renewing the lease; write the outcome unless
+        another execution took the Task over."""
+        logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
+        current = asyncio.current_task()
+
+        def lost() -> None:
+            log.warning("execution lease lost; stopping this run")
+            if current is not None:
+                current.cancel()
+
+        renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
+        try:
+            await self._run(claim, task, cancel)
+        finally:
+            renewer.cancel()
+            # A renewal in flight must not land after the conditional delete.
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await claim.lease.release()
+
+    async def _run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
+        started = time.monotonic()
+        body, execution_id = claim.body, claim.execution_id
+        status = body.get("status") or {}
+        # The store checks the lease after each save: the loop saves right before every
+        # non-idempotent tool call, so a run that lost its lease never starts one.
+        checkpoints = CheckpointStore(self.writer.client, body, execution_id, lease=claim.lease)
+
+        async def prepare(snapshot: Snapshot) -> Prepared:
+            checkpoints.snapshot_hash = snapshot.content_hash
+            state = None
+            if claim.resuming:
+                state = await self._resume_state(
+                    checkpoints, snapshot, int(status.get("step") or 0)
+                )
+            await self.writer.recorder.post(
+                body,
+                "Resumed" if claim.resuming else "Started",
+                f"execution {execution_id} "
+                + (f"resumed at step {state.step}" if state else "started")
+                + f" (agent {task.spec.agent_ref}, maxSteps {snapshot.max_steps})",
+            )
+            run_metrics = self.metrics.listener(
+                task.namespace,
+                task.spec.agent_ref,
+                snapshot.endpoint.spec.provider,
+                snapshot.endpoint.spec.effective_model(),
+            )
+            progress = ProgressWriter(self.writer, body, snapshot, execution_id)
+            return Prepared(state, [checkpoints, progress, run_metrics, log_events])
+
+        outcome: TaskOutcome = await execute(
+            task,
+            self.store,
+            prepare=prepare,
+            cancel=cancel,
+            model_factory=self.model_factory,
+            started_at=parse_time(status.get("startedAt")),
+        )
+        if outcome.abandoned:
+            log.warning(
+                "another execution owns the Task; this one stops without writing its outcome"
+            )
+            return
+        await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
+        if not self.keep_checkpoints:
+            try:
+                await checkpoints.delete()
+            except Exception:
+                log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
+
+    @staticmethod
+    async def _resume_state(checkpoints: CheckpointStore, snapshot: Snapshot, step: int) -> Any:
+        loaded = await checkpoints.load()
+        if loaded is None:
+            if step > 0:
+                raise Interrupted(
+                    f"the run made {step} model call(s) before it was interrupted and its "
+                    "checkpoint is gone; not started over (a tool with side effects may have run)"
+                )
+            return None
+        state, annotations = loaded
+        if annotations.get("ordo.dev/snapshot-hash") not in ("", None, snapshot.content_hash):
+            raise Interrupted(
+                "the Agent or its references changed while the Task was interrupted; not resumed"
+            )
+        return state

@@ -1,0 +1,227 @@
+"""Writes what a run shows to people: the per-step progress and terminal status of a Task
+(built from the `api` models by ordo.runtime.status), its Events, metrics and log lines, and the
+release of ordo's finalizer. Writes of an execution are fenced by its executionId, so a stale
+executor can never overwrite what a newer one wrote."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ..engine.events import (
+    Event,
+    ModelResponded,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    ToolDecided,
+    ToolFinished,
+)
+from ..runtime import Snapshot, TaskOutcome
+from ..runtime import status as status_mod
+from . import logs
+from .conditions import now, set_condition
+from .kube import ApiError, KubeClient
+from .metrics import Metrics
+from .recorder import EventRecorder
+
+FINALIZER = "ordo.dev/run"
+log = logging.getLogger("ordo.operator")
+
+
+class TaskWriter:
+    """The status, Events and metrics of Tasks, for one operator process."""
+
+    def __init__(self, client: KubeClient, metrics: Metrics) -> None:
+        self.client = client
+        self.metrics = metrics
+        self.recorder = EventRecorder(client)
+
+    async def finish(
+        self,
+        body: dict[str, Any],
+        outcome: TaskOutcome,
+        *,
+        execution_id: str | None = None,
+        started: float | None = None,
+    ) -> None:
+        """Write the terminal status (fenced by `execution_id` when the Task was claimed),
+        post the Event, count it, release the finalizer."""
+        meta = body["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        current = body.get("status") or {}
+        status = outcome.status()
+        conditions = set_condition(
+            current.get("conditions"), "Running", "False", outcome.reason, "the run ended"
+        )
+        conditions = set_condition(
+            conditions,
+            "Succeeded",
+            "True" if outcome.phase == "Succeeded" else "False",
+            outcome.reason,
+            status.message or "",
+        )
+        fields = status_mod.to_patch(status)
+        fields["completedAt"] = now()
+        fields["conditions"] = conditions
+        if meta.get("generation") is not None:
+            fields["observedGeneration"] = meta["generation"]
+        if "startedAt" not in current:
+            fields["startedAt"] = fields["completedAt"]
+        try:
+            if execution_id is not None:
+                updated = await self.client.patch_status_fenced(
+                    "Task", ns, name, execution_id, fields
+                )
+            else:
+                updated = await self.client.patch("Task", ns, name, {"status": fields}, status=True)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            raise
+        agent = (body.get("spec") or {}).get("agentRef", "")
+        await self.recorder.post(
+            body,
+            outcome.phase,
+            f"{outcome.reason}: {status.message or ''}",
+            warning=outcome.phase == "Failed",
+        )
+        label = agent
+        self.metrics.tasks.labels(ns, label, outcome.phase, outcome.reason).inc()
+        if started is not None:
+            self.metrics.task_duration.labels(ns, label).observe(time.monotonic() - started)
+        self.metrics.task_steps.labels(ns, label).observe(fields.get("step", 0))
+        log.info(
+            "task finished",
+            extra={
+                "ordo": {
+                    "phase": outcome.phase,
+                    "reason": outcome.reason,
+                    "step": fields.get("step", 0),
+                }
+            },
+        )
+        await self.release(ns, name, updated)
+
+    async def release(self, namespace: str, name: str, known: dict[str, Any] | None = None) -> None:
+        """Remove ordo's finalizer (conditional on resourceVersion, retried on conflict).
+        `known` is the object as the last write returned it, which saves a read."""
+        for _ in range(5):
+            body = known or await self.client.get("Task", namespace, name)
+            known = None
+            if body is None:
+                return
+            finalizers = body["metadata"].get("finalizers") or []
+            if FINALIZER not in finalizers:
+                return
+            try:
+                await self.client.patch(
+                    "Task",
+                    namespace,
+                    name,
+                    {
+                        "metadata": {
+                            "resourceVersion": body["metadata"]["resourceVersion"],
+                            "finalizers": [f for f in finalizers if f != FINALIZER],
+                        }
+                    },
+                )
+                return
+            except ApiError as exc:
+                if exc.not_found:
+                    return
+                if not exc.conflict:
+                    raise
+
+
+class ProgressWriter:
+    """A run listener: patches a bounded progress summary after each completed step (fenced
+    by the executionId), and posts a Warning Event for each denied tool call."""
+
+    def __init__(
+        self, writer: TaskWriter, body: dict[str, Any], snapshot: Snapshot, execution_id: str
+    ) -> None:
+        self._w = writer
+        self._body = body
+        self._snapshot = snapshot
+        self._execution_id = execution_id
+        meta = body["metadata"]
+        self._ns, self._name = meta["namespace"], meta["name"]
+        self._first = True
+
+    async def __call__(self, event: Event) -> None:
+        if isinstance(event, StepFinished):
+            patch = status_mod.to_patch(status_mod.progress(event.state))
+            if self._first:
+                patch["snapshotHash"] = self._snapshot.content_hash
+                if self._snapshot.agent_generation is not None:
+                    patch["agentGeneration"] = self._snapshot.agent_generation
+                self._first = False
+            try:
+                await self._w.client.patch_status_fenced(
+                    "Task", self._ns, self._name, self._execution_id, patch
+                )
+            except ApiError as exc:
+                # Progress is best effort (the terminal write carries it all); a Fenced write
+                # is not an ApiError and stops the run.
+                log.warning(
+                    "progress write failed",
+                    extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+                )
+        elif isinstance(event, ToolDecided) and event.record.decision == "denied":
+            r = event.record
+            await self._w.recorder.post(
+                self._body,
+                "ToolDenied",
+                status_mod.cap(
+                    f"tool {status_mod.capped_name(r.tool)} denied at step {r.step}: {r.reason}",
+                    1024,
+                ),
+                warning=True,
+            )
+
+
+async def log_events(event: Event) -> None:
+    """Structured log lines for engine events: names, counts and decisions only."""
+    if isinstance(event, RunStarted):
+        log.info("run started", extra={"ordo": {"resumedFromStep": event.resumed_from_step}})
+    elif isinstance(event, StepStarted):
+        logs.bind(step=event.step)
+        log.info("model call", extra={"ordo": {"step": event.step}})
+    elif isinstance(event, ModelResponded):
+        log.info(
+            "model responded",
+            extra={
+                "ordo": {
+                    "toolCalls": event.tool_calls,
+                    "inputTokens": event.usage.input_tokens,
+                    "outputTokens": event.usage.output_tokens,
+                }
+            },
+        )
+    elif isinstance(event, ToolDecided):
+        r = event.record
+        level = logging.WARNING if r.decision == "denied" else logging.INFO
+        log.log(
+            level,
+            "tool decision",
+            extra={
+                "ordo": {
+                    "tool": status_mod.capped_name(r.tool),
+                    "decision": r.decision,
+                    "reason": status_mod.cap(r.reason, 256),
+                }
+            },
+        )
+    elif isinstance(event, ToolFinished):
+        log.info(
+            "tool finished",
+            extra={"ordo": {"tool": status_mod.capped_name(event.tool), "outcome": event.outcome}},
+        )
+    elif isinstance(event, RunFinished):
+        log.info(
+            "run finished",
+            extra={"ordo": {"phase": event.result.phase, "reason": event.result.reason}},
+        )

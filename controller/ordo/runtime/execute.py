@@ -1,0 +1,164 @@
+"""`execute`: the one place where a Task run begins and ends, for `ordo run` and the operator.
+
+Resolve the Task, let the caller prepare (the operator loads its checkpoint and builds its
+listeners), wire the model, tools and memory, run the step loop, and return a TaskOutcome
+whose `status()` is the `api` TaskStatus. Whatever happens inside, a run ends with a
+documented reason: ordo's own errors carry theirs, anything unexpected becomes
+`InternalError` naming only the exception type. The deadline is anchored at `started_at`
+(the Task's first claim), so resolution, tool set-up and resumes all count against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..api import Task
+from ..api.task import Reason, TaskStatus
+from ..engine.events import Listener
+from ..engine.loop import run_agent
+from ..engine.state import RunResult, RunState
+from ..errors import LeaseLost, OrdoError, ToolSetupError
+from . import status as status_mod
+from .resolve import resolve
+from .snapshot import Snapshot
+from .store import ObjectStore
+from .wiring import ModelFactory, close_quietly, default_model_factory, run_config, tool_bindings
+
+log = logging.getLogger("ordo.run")
+TerminalPhase = Literal["Succeeded", "Failed", "Cancelled"]
+
+
+@dataclass
+class Prepared:
+    """What the caller adds once the snapshot is known: a state to resume from, listeners."""
+
+    state: RunState | None = None
+    listeners: Sequence[Listener] = ()
+
+
+Prepare = Callable[[Snapshot], Awaitable[Prepared]]
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """How a Task ended."""
+
+    phase: TerminalPhase
+    reason: Reason
+    message: str
+    result: RunResult | None = None
+    snapshot: Snapshot | None = None
+    error: OrdoError | None = field(default=None, compare=False)
+    """The ordo error that ended the run, if one did."""
+
+    @property
+    def abandoned(self) -> bool:
+        """The run stopped because another execution owns the Task: write nothing."""
+        return isinstance(self.error, LeaseLost)
+
+    def status(self) -> TaskStatus:
+        result, snapshot = self.result, self.snapshot
+        return status_mod.terminal(
+            self.phase,
+            self.reason,
+            self.message,
+            state=result.state if result else None,
+            output=result.output if result else "",
+            structured_output=result.structured_output if result else None,
+            snapshot_hash=snapshot.content_hash if snapshot else None,
+            agent_generation=snapshot.agent_generation if snapshot else None,
+        )
+
+
+def internal_error(exc: BaseException, snapshot: Snapshot | None = None) -> TaskOutcome:
+    """An unexpected exception as a terminal outcome. The message and the log name only the
+    exception type and the code locations — an exception's text may carry content."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = [f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}:{f.name}" for f in frames[-6:]]
+    log.error(
+        "run ended by an unexpected error",
+        extra={"ordo": {"errorType": type(exc).__name__, "where": where}},
+    )
+    return TaskOutcome(
+        "Failed",
+        "InternalError",
+        f"the run ended by an unexpected {type(exc).__name__}; this is a bug in ordo, the "
+        "operator log has where it happened",
+        snapshot=snapshot,
+        error=OrdoError(type(exc).__name__),
+    )
+
+
+async def execute(
+    task: Task,
+    store: ObjectStore,
+    *,
+    listeners: Iterable[Listener] = (),
+    prepare: Prepare | None = None,
+    cancel: asyncio.Event | None = None,
+    model_factory: ModelFactory = default_model_factory,
+    started_at: float | None = None,
+) -> TaskOutcome:
+    """Resolve and run one Task to a terminal outcome. Never raises but for cancellation of
+    the calling task. `started_at` (epoch seconds) anchors the deadline; default now."""
+    anchor = started_at if started_at is not None else time.time()
+    snapshot: Snapshot | None = None
+    try:
+        snapshot = await resolve(task, store)
+        return await _run(snapshot, listeners, prepare, cancel, model_factory, anchor)
+    except asyncio.CancelledError:
+        raise
+    except OrdoError as exc:
+        return TaskOutcome("Failed", exc.reason, exc.message, snapshot=snapshot, error=exc)
+    except Exception as exc:
+        return internal_error(exc, snapshot)
+
+
+async def _run(
+    snapshot: Snapshot,
+    listeners: Iterable[Listener],
+    prepare: Prepare | None,
+    cancel: asyncio.Event | None,
+    model_factory: ModelFactory,
+    anchor: float,
+) -> TaskOutcome:
+    prepared = await prepare(snapshot) if prepare is not None else Prepared()
+    sinks = [*listeners, *prepared.listeners]
+    remaining = snapshot.timeout - (time.time() - anchor)
+    model = model_factory(snapshot)
+    closers: list[Any] = [model]
+    try:
+        try:
+            async with asyncio.timeout(max(remaining, 0.0)):
+                tools, opened = await tool_bindings(snapshot)
+            closers.extend(opened)
+        except TimeoutError:
+            return TaskOutcome(
+                "Failed",
+                "Timeout",
+                f"tools and memory were not set up within the run's timeout ({snapshot.timeout:g}s)",
+                snapshot=snapshot,
+            )
+        except OrdoError as exc:
+            return TaskOutcome("Failed", exc.reason, exc.message, snapshot=snapshot, error=exc)
+        except Exception as exc:  # an MCP server or memory backend that cannot be reached
+            error = ToolSetupError(
+                f"a tool or the memory backend could not be set up ({type(exc).__name__})"
+            )
+            return TaskOutcome(
+                "Failed", error.reason, error.message, snapshot=snapshot, error=error
+            )
+        config = run_config(snapshot, elapsed=time.time() - anchor)
+        result = await run_agent(
+            config, model, tools, listeners=sinks, state=prepared.state, cancel=cancel
+        )
+    finally:
+        for closer in reversed(closers):
+            await close_quietly(closer)
+    return TaskOutcome(result.phase, result.reason, result.message, result, snapshot, result.error)

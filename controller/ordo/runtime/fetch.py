@@ -1,0 +1,53 @@
+"""Reading referenced objects through the ObjectStore, mapping every failure to a Task
+reason (ResolutionError) — no model is called when one of these fails."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from ..api import Resource
+from ..api.task import Reason
+from ..errors import ResolutionError, StoreError, validation_problem
+from .store import ObjectStore
+
+R = TypeVar("R", bound=Resource)
+
+
+def parse(model: type[R], body: dict[str, object], what: str) -> R:
+    """`body` as `model`, or InvalidSpec naming the object and the field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise ResolutionError(
+            "InvalidSpec", f"{what} is invalid at {validation_problem(exc)}"
+        ) from None
+
+
+async def get(
+    store: ObjectStore, model: type[R], namespace: str, name: str, reason: Reason, what: str
+) -> R:
+    """The object, or `reason` when it is missing or cannot be read."""
+    try:
+        body = await store.get(model.model_fields["kind"].default, namespace, name)
+    except StoreError as exc:
+        raise ResolutionError(reason, f"{what} could not be read: {exc}") from None
+    if body is None:
+        raise ResolutionError(reason, f"{what} does not exist in namespace {namespace!r}")
+    return parse(model, body, what)
+
+
+async def secret(store: ObjectStore, namespace: str, name: str, key: str, owner: str) -> str:
+    """The value of a Secret key, or SecretNotFound naming the Secret, the key and the owner."""
+    try:
+        value = await store.secret_value(namespace, name, key)
+    except StoreError as exc:
+        raise ResolutionError(
+            "SecretNotFound", f"Secret {name!r} for {owner} could not be read: {exc}"
+        ) from None
+    if value is None:
+        raise ResolutionError(
+            "SecretNotFound", f"Secret {name!r} key {key!r} for {owner} does not exist"
+        )
+    return value

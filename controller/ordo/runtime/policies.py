@@ -1,0 +1,166 @@
+"""Governance inputs of one run: the AgentPolicies that select the Agent, roles and
+permissions, and the limits. Everything here fails closed:
+
+- AgentPolicies that cannot be listed, or one that does not parse, end the Task
+  `PolicyUnavailable` before any model call (its caps would otherwise silently vanish);
+- an AgentRole or ToolPermission that cannot be read puts governance in the cannot-decide
+  state, which denies every tool call;
+- limits only narrow: the smallest of the Agent's, the Task's and every policy's applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from ..api import Agent, AgentPolicy, AgentRole, ModelEndpoint, Task, ToolPermission, parse_duration
+from ..engine.governance import PermissionRule
+from ..errors import PolicyUnavailable, ResolutionError, StoreError, validation_problem
+from .store import ObjectStore
+
+
+async def selecting_policies(store: ObjectStore, agent: Agent) -> list[AgentPolicy]:
+    """The AgentPolicies of the namespace that select `agent`, sorted by name."""
+    try:
+        bodies = await store.list("AgentPolicy", agent.namespace)
+    except StoreError as exc:
+        raise PolicyUnavailable(
+            f"AgentPolicies in namespace {agent.namespace!r} could not be listed ({exc}); "
+            "the run fails closed"
+        ) from None
+    policies: list[AgentPolicy] = []
+    for body in bodies:
+        try:
+            policy = AgentPolicy.model_validate(body)
+        except ValidationError as exc:
+            name = (body.get("metadata") or {}).get("name", "?")
+            raise PolicyUnavailable(
+                f"AgentPolicy {name!r} is invalid at {validation_problem(exc)}; fix or delete it "
+                "(the run fails closed)"
+            ) from None
+        selector = policy.spec.agent_selector
+        if selector is None or selector.matches(agent.metadata.labels or {}):
+            policies.append(policy)
+    policies.sort(key=lambda p: p.name)
+    return policies
+
+
+def check_model_allowed(policies: list[AgentPolicy], endpoint: ModelEndpoint) -> None:
+    """`allowedModels` names models, and matches the model that will be called — never the
+    ModelEndpoint's name (whoever may create endpoints could otherwise route an allowed name
+    to any model)."""
+    model = endpoint.spec.effective_model()
+    for policy in policies:
+        allowed = policy.spec.allowed_models
+        if allowed and model not in allowed:
+            raise ResolutionError(
+                "ModelNotAllowed",
+                f"model {model!r} of ModelEndpoint {endpoint.name!r} is not in allowedModels of "
+                f"AgentPolicy {policy.name!r}",
+            )
+
+
+def blocked_tools(policies: list[AgentPolicy]) -> dict[str, str]:
+    """Tool name → the first policy (by name) that blocks it."""
+    blocked: dict[str, str] = {}
+    for policy in policies:
+        for tool in policy.spec.blocked_tools or []:
+            blocked.setdefault(tool, policy.name)
+    return blocked
+
+
+@dataclass(frozen=True)
+class Permissions:
+    granted: frozenset[str]
+    missing_roles: tuple[str, ...]
+    rules: dict[str, tuple[PermissionRule, ...]]
+    unreadable: str | None
+    """Why governance cannot decide (a role or permission could not be read), if so."""
+
+
+async def permissions(store: ObjectStore, agent: Agent) -> Permissions:
+    """The permissions the Agent's roles grant and the ToolPermission rules of its namespace."""
+    ns = agent.namespace
+    unreadable: str | None = None
+    granted: set[str] = set()
+    missing: list[str] = []
+    for role_name in agent.spec.roles or []:
+        try:
+            body = await store.get("AgentRole", ns, role_name)
+        except StoreError as exc:
+            unreadable = unreadable or f"AgentRole {role_name!r} could not be read ({exc})"
+            continue
+        if body is None:
+            missing.append(role_name)
+            continue
+        try:
+            granted.update(AgentRole.model_validate(body).spec.permissions)
+        except ValidationError:
+            unreadable = unreadable or f"AgentRole {role_name!r} is invalid"
+    rules: dict[str, list[PermissionRule]] = {}
+    try:
+        bodies = await store.list("ToolPermission", ns)
+    except StoreError as exc:
+        bodies = []
+        unreadable = unreadable or f"ToolPermissions could not be read ({exc})"
+    for body in bodies:
+        try:
+            perm = ToolPermission.model_validate(body)
+        except ValidationError:
+            name = (body.get("metadata") or {}).get("name", "?")
+            unreadable = unreadable or f"ToolPermission {name!r} is invalid"
+            continue
+        rules.setdefault(perm.spec.tool_ref, []).append(
+            PermissionRule(perm.name, tuple(perm.spec.required_permissions), perm.spec.match_mode)
+        )
+    return Permissions(
+        granted=frozenset(granted),
+        missing_roles=tuple(missing),
+        rules={k: tuple(sorted(v, key=lambda r: r.name)) for k, v in rules.items()},
+        unreadable=unreadable,
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int
+    timeout: float
+    """Seconds; always > 0."""
+    token_budget: int | None
+
+
+def _smallest(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def effective_limits(agent: Agent, task: Task, policies: list[AgentPolicy]) -> Limits:
+    """The narrowest of the Agent's, the Task's and the policies' limits. A Task (or policy)
+    can only narrow; a duration that is not positive is refused, never read as "no limit"."""
+    own = task.spec.limits
+    max_steps = _smallest(
+        agent.spec.limits.max_steps,
+        own.max_steps if own else None,
+        *(p.spec.max_steps for p in policies),
+    )
+    timeouts = [("Agent spec.limits.timeout", agent.spec.limits.timeout)]
+    if own is not None and own.timeout:
+        timeouts.append(("Task spec.limits.timeout", own.timeout))
+    seconds: list[float] = []
+    for field_name, value in timeouts:
+        parsed = parse_duration(value)
+        if parsed <= 0:
+            raise ResolutionError(
+                "InvalidSpec",
+                f"{field_name} must be a positive duration such as 30s (got {value!r})",
+            )
+        seconds.append(parsed)
+    budget = _smallest(
+        agent.spec.limits.max_tokens,
+        own.max_tokens if own else None,
+        *(p.spec.max_tokens_per_task for p in policies),
+    )
+    if max_steps is None or max_steps < 1:
+        raise ResolutionError("InvalidSpec", "maxSteps must be at least 1")
+    return Limits(max_steps=max_steps, timeout=min(seconds), token_budget=budget)

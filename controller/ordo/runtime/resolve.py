@@ -1,0 +1,165 @@
+"""Resolve a Task into a run snapshot (DESIGN §3 steps 2-3). Either a complete Snapshot comes
+out, or a ResolutionError with a precise reason; no model is called either way."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..api import MEMORY_OPERATIONS, Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name
+from ..api.agent import Skill
+from ..engine import output as output_mod
+from ..engine.governance import Governance
+from ..engine.state import OnToolDenied
+from ..engine.tooling import ResolvedTool
+from ..errors import ResolutionError
+from . import fetch
+from . import policies as policy_mod
+from .prompt import system_prompt, user_message
+from .snapshot import Snapshot
+from .store import ObjectStore
+
+__all__ = ["ResolutionError", "Snapshot", "resolve", "system_prompt", "user_message"]
+
+
+def _skill(agent: Agent, task: Task) -> Skill | None:
+    if not task.spec.skill:
+        return None
+    skill = next((s for s in agent.spec.skills or [] if s.name == task.spec.skill), None)
+    if skill is None:
+        known = ", ".join(s.name for s in agent.spec.skills or []) or "none"
+        raise ResolutionError(
+            "InvalidSpec",
+            f"Agent {agent.name!r} has no skill {task.spec.skill!r} (skills: {known})",
+        )
+    return skill
+
+
+def _check_schema(schema: dict[str, object], where: str) -> None:
+    problem = output_mod.check_schema(schema)
+    if problem:
+        raise ResolutionError("InvalidSpec", f"{where} is {problem}")
+
+
+async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
+    tool = await fetch.get(store, Tool, namespace, name, "ToolNotFound", f"Tool {name!r}")
+    try:
+        visible = model_tool_name(name)
+    except ValueError as exc:
+        raise ResolutionError("InvalidSpec", str(exc)) from None
+    if tool.spec.input_schema is not None:
+        _check_schema(tool.spec.input_schema, f"Tool {name!r} spec.inputSchema")
+    secret_ref = (tool.spec.http and tool.spec.http.secret_ref) or (
+        tool.spec.mcp and tool.spec.mcp.secret_ref
+    )
+    secret = (
+        await fetch.secret(store, namespace, secret_ref.name, secret_ref.key, f"Tool {name!r}")
+        if secret_ref
+        else None
+    )
+    return ResolvedTool(tool, visible, secret)
+
+
+async def resolve(task: Task, store: ObjectStore) -> Snapshot:
+    """Build the snapshot of one Task, or raise ResolutionError (PolicyUnavailable included)."""
+    ns = task.namespace
+    agent = await fetch.get(
+        store, Agent, ns, task.spec.agent_ref, "AgentNotFound", f"Agent {task.spec.agent_ref!r}"
+    )
+    spec = agent.spec
+    endpoint = await fetch.get(
+        store,
+        ModelEndpoint,
+        ns,
+        spec.model_ref,
+        "ModelEndpointNotFound",
+        f"ModelEndpoint {spec.model_ref!r}",
+    )
+    api_key = None
+    if endpoint.spec.credentials is not None:
+        ref = endpoint.spec.credentials.secret_ref
+        api_key = await fetch.secret(
+            store, ns, ref.name, ref.key, f"ModelEndpoint {endpoint.name!r}"
+        )
+    skill = _skill(agent, task)
+
+    policies = await policy_mod.selecting_policies(store, agent)
+    policy_mod.check_model_allowed(policies, endpoint)
+    limits = policy_mod.effective_limits(agent, task, policies)
+
+    candidates = list(spec.tools or [])
+    if skill is not None and skill.tools is not None:
+        candidates = [t for t in candidates if t in skill.tools]
+    blocked_by = policy_mod.blocked_tools(policies)
+    tools = {name: await _tool(store, ns, name) for name in candidates if name not in blocked_by}
+    perms = await policy_mod.permissions(store, agent)
+
+    memory = None
+    memory_secret = None
+    operations: tuple[str, ...] = ()
+    if spec.memory is not None and spec.memory.ref:
+        memory = await fetch.get(
+            store, Memory, ns, spec.memory.ref, "MemoryNotFound", f"Memory {spec.memory.ref!r}"
+        )
+        if memory.spec.secret_ref is not None:
+            ref = memory.spec.secret_ref
+            memory_secret = await fetch.secret(
+                store, ns, ref.name, ref.key, f"Memory {memory.name!r}"
+            )
+        operations = (
+            tuple(spec.memory.allow) if spec.memory.allow is not None else MEMORY_OPERATIONS
+        )
+    governance = Governance(
+        candidate_tools=frozenset(candidates),
+        blocked_by=blocked_by,
+        rules=perms.rules,
+        granted=perms.granted,
+        has_roles=bool(spec.roles),
+        missing_roles=perms.missing_roles,
+        unreadable=perms.unreadable,
+        memory=memory.name if memory is not None else None,
+        memory_operations=frozenset(operations),
+    )
+    operations = governance.effective_memory_operations
+
+    output_schema = (
+        task.spec.output_schema if task.spec.output_schema is not None else spec.output_schema
+    )
+    if output_schema is not None:
+        source = "Task" if task.spec.output_schema is not None else f"Agent {agent.name!r}"
+        _check_schema(output_schema, f"{source} spec.outputSchema")
+    on_denied: OnToolDenied = (
+        "ReturnError"
+        if policies and all(p.spec.on_tool_denied == "ReturnError" for p in policies)
+        else "Fail"
+    )
+
+    content = {
+        "agent": agent.spec.to_dict(),
+        "endpoint": endpoint.spec.to_dict(),
+        "tools": {n: t.tool.spec.to_dict() for n, t in sorted(tools.items())},
+        "policies": [p.spec.to_dict() for p in policies],
+        "granted": sorted(perms.granted),
+        "memory": memory.spec.to_dict() if memory else None,
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    return Snapshot(
+        task=task,
+        agent=agent,
+        endpoint=endpoint,
+        api_key=api_key,
+        tools=tools,
+        governance=governance,
+        memory=memory,
+        memory_secret=memory_secret,
+        memory_operations=operations,
+        skill=skill,
+        max_steps=limits.max_steps,
+        timeout=limits.timeout,
+        token_budget=limits.token_budget,
+        output_schema=output_schema,
+        on_tool_denied=on_denied,
+        policies=tuple(p.name for p in policies),
+        content_hash=digest,
+        agent_generation=agent.metadata.generation,
+    )
