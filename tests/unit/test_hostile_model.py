@@ -45,7 +45,11 @@ from ordo.engine.governance import Governance
 from ordo.engine.jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, json_depth
 from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelRequest, ModelResponse, ModelUnavailable
-from ordo.engine.sanitize import MAX_TEXT_CHARS, MAX_TOOL_CALLS_PER_RESPONSE
+from ordo.engine.sanitize import (
+    MAX_TEXT_CHARS,
+    MAX_TOOL_CALLS_PER_RESPONSE,
+    normalise_response,
+)
 from ordo.engine.state import RunConfig, RunResult, RunState
 from ordo.engine.tooling import ToolBinding, ToolOutput
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, Usage
@@ -501,3 +505,37 @@ def test_fallback_ids_repeated_across_steps_become_unique() -> None:
     assert result is not None and result.reason == "Succeeded"
     check_result(world, model, result)
     assert [name for name, _ in ledger.executed] == [ALPHA, BETA]
+
+
+def test_the_caps_drop_calls_and_cut_text_with_a_note_the_run_sees() -> None:
+    many = tuple(ToolCall(f"c{n}", ALPHA, {}, "{}") for n in range(100))
+    out = normalise_response(
+        ModelResponse("x" * (MAX_TEXT_CHARS + 10), many, Usage(-5, True)),
+        step=1,
+        seen_ids=set(),
+    )
+    assert len(out.tool_calls) == MAX_TOOL_CALLS_PER_RESPONSE
+    assert "[ordo: 36 more tool call(s) dropped: at most 64 per response]" in out.text
+    assert f"[ordo: the answer was cut to {MAX_TEXT_CHARS} characters]" in out.text
+    assert len(out.text) < MAX_TEXT_CHARS + 200
+    assert (out.usage.input_tokens, out.usage.output_tokens) == (0, 0)
+
+
+def test_ids_stay_unique_across_a_checkpoint_and_old_checkpoints_use_the_transcript() -> None:
+    seen: set[str] = set()
+    first = normalise_response(
+        ModelResponse("", (ToolCall("ordo_2_0", ALPHA, {}, "{}"),)), step=1, seen_ids=seen
+    )
+    assert first.tool_calls[0].id == "ordo_1_0"  # ordo's own namespace is never taken as is
+    state = RunState(items=[AssistantMessage("", first.tool_calls)], seen_ids=seen)
+    restored = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored.seen_ids == {"ordo_1_0"}
+    legacy = state.to_dict()
+    del legacy["seenIds"]
+    assert RunState.from_dict(legacy).seen_ids == {"ordo_1_0"}
+    again = normalise_response(
+        ModelResponse("", (ToolCall("ordo_1_0", BETA, {}, "{}"), ToolCall("", BETA, {}, "{}"))),
+        step=1,  # a step replayed after a resume: ids still unique
+        seen_ids=restored.seen_ids,
+    )
+    assert [c.id for c in again.tool_calls] == ["ordo_1_0_1", "ordo_1_1"]
