@@ -5,7 +5,8 @@ trusting the proxy's own throw-away CA); the proxy forwards to the real apiserve
 control plane's admin (client certificate, or token, from the control plane's kubeconfig).
 While armed, each non-watch request is, with probability `rate`, given one fault:
 
-    http-409       answered 409 Conflict without forwarding (writes only)
+    http-409       answered 409 Conflict without forwarding (only requests that could meet a
+                   conflict: creates, updates, patches and deletes with a precondition)
     http-429       answered 429 TooManyRequests (Retry-After: 1) without forwarding
     http-500       answered 500 InternalError without forwarding
     reset-before   connection reset before the request is forwarded (nothing applied)
@@ -57,7 +58,6 @@ from .threaded_server import Cleanup, ServerThread, serve_aiohttp
 
 FAULT_KINDS = ("http-409", "http-429", "http-500", "reset-before", "reset-after", "delay")
 WATCH_DROP = "watch-drop"
-WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -357,8 +357,12 @@ class FaultProxy:
 
     # -- decisions ------------------------------------------------------------------------
 
-    def _decide(self, method: str, key: str, watch: bool) -> tuple[str | None, float]:
-        """(fault kind or None, a parameter: the delay, or the seconds before a watch drop)."""
+    def _decide(
+        self, method: str, key: str, watch: bool, conditional: bool = False
+    ) -> tuple[str | None, float]:
+        """(fault kind or None, a parameter: the delay, or the seconds before a watch drop).
+        `conditional`: the request can meet a conflict (see `_can_conflict`), so a 409 is
+        one of the faults it may get."""
         with self._lock:
             self.requests["WATCH" if watch else method] += 1
             if not self._armed:
@@ -372,7 +376,7 @@ class FaultProxy:
             return WATCH_DROP, low + (high - low) * _draw(self.seed, key, n, "param")
         if _draw(self.seed, key, n, "fault") >= self.rate:
             return None, 0.0
-        kinds = [k for k in self.kinds if k != "http-409" or method in WRITE_METHODS]
+        kinds = [k for k in self.kinds if k != "http-409" or conditional]
         if not kinds:
             return None, 0.0
         kind = kinds[int(_draw(self.seed, key, n, "kind") * len(kinds))]
@@ -390,7 +394,7 @@ class FaultProxy:
         body = await request.read()
         watch = request.query.get("watch", "").lower() in ("true", "1")
         key = request_key(request.method, request.path, request.query)
-        kind, param = self._decide(request.method, key, watch)
+        kind, param = self._decide(request.method, key, watch, _can_conflict(request.method, body))
         where = request.path
         if request.method == "POST" and body:
             where = f"{where}/{_created_name(body)}"  # name the object a create makes
@@ -492,6 +496,17 @@ class FaultProxy:
                 )
                 for f in self.injected
             )
+
+
+def _can_conflict(method: str, body: bytes) -> bool:
+    """Whether the real apiserver could answer this request 409: a create (AlreadyExists,
+    e.g. racing another holder), an update, or a patch or delete with a precondition
+    (resourceVersion, or a JSON Patch `test`). An unconditional merge patch never conflicts."""
+    if method in ("POST", "PUT"):
+        return True
+    if method in ("PATCH", "DELETE"):
+        return b'"resourceVersion"' in body or b'"test"' in body
+    return False
 
 
 def _created_name(body: bytes) -> str:

@@ -613,6 +613,7 @@ class InvariantMonitor:
                     "uid": t.uid,
                     "phase": t.status.get("phase"),
                     "reason": t.status.get("reason"),
+                    "message": t.status.get("message"),
                     "phases": t.phases,
                     "executions": t.execution_ids,
                     "firstSeen": round(t.first_seen, 3),
