@@ -17,9 +17,9 @@ from typing import Any
 from ordo.engine.governance import Governance
 from ordo.engine.model import ModelRequest, ModelResponse
 from ordo.engine.state import RunConfig, RunState
-from ordo.errors import StoreError
 from ordo.engine.tooling import ToolBinding, ToolFailure, ToolOutput
 from ordo.engine.transcript import AssistantMessage, Item, ToolCall, ToolResult, Usage
+from ordo.errors import StoreError
 
 NS = "default"
 

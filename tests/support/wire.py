@@ -9,8 +9,8 @@ import pytest
 
 from ordo.api import ModelEndpoint, Tool
 from ordo.engine.governance import Governance
-from ordo.engine.tooling import ResolvedTool
 from ordo.engine.state import RunConfig
+from ordo.engine.tooling import ResolvedTool
 
 from .scripted import Step
 

@@ -88,7 +88,7 @@ ALPHA, BETA, GAMMA, DELTA = "alpha", "beta", "gamma", "delta"
 OFFERED = (ALPHA, BETA, GAMMA)
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 TIMEOUT = 1.0
-GRACE = 5.0
+GRACE = 20.0  # generous: the bound must hold on a loaded 2-core CI machine too
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 FAST = settings(

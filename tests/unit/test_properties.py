@@ -25,8 +25,8 @@ from ordo.engine.model import ModelError, ModelRequest, ModelResponse, ModelUnav
 from ordo.engine.state import RunConfig, RunState
 from ordo.engine.tooling import ToolBinding, ToolFailure, ToolOutput
 from ordo.engine.transcript import ToolCall, Usage
-from ordo.runtime import TaskOutcome, execute
 from ordo.providers.mock import MockModelClient
+from ordo.runtime import TaskOutcome, execute
 from support.engine_fakes import (
     DictStore,
     ModelFactory,

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from ordo.api import MEMORY_OPERATIONS, Task
 from ordo.engine import output
-from ordo.runtime.resolve import ResolutionError, resolve, system_prompt, user_message
 from ordo.errors import StoreError
 from ordo.runtime import execute
+from ordo.runtime.resolve import ResolutionError, resolve, system_prompt, user_message
 from support.engine_fakes import (
     DictStore,
     ModelFactory,

@@ -224,8 +224,9 @@ async def test_ref_typo_is_refused_everywhere() -> None:
     async with StallWatchdog() as watchdog:
         result = await run_answer('{"q": "x"}', REF_TYPO)
         tool_result, box = await run_tool_call(REF_TYPO, {"q": "x"})
-    # Output: the run fails instead of raising a referencing error out of the loop.
-    assert (result.phase, result.reason) == ("Failed", "InvalidOutput")
+    # Output: the run fails instead of raising a referencing error out of the loop; the
+    # schema, not the answer, is at fault.
+    assert (result.phase, result.reason) == ("Failed", "InvalidSpec")
     assert "output schema cannot be used" in (result.message or "")
     # Tool arguments: fail closed, the call is rejected and never runs.
     assert box.calls("lookup") == 0

@@ -19,8 +19,8 @@ from tests.support.wire import CANARY, calls, endpoint, resolved, run_config, te
 from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelCallError, ModelRequest
 from ordo.engine.transcript import SystemMessage, UserMessage
-from ordo.runtime import TaskOutcome
 from ordo.providers import build_model_client
+from ordo.runtime import TaskOutcome
 from ordo.tools import binding
 
 SCRIPT = [

@@ -23,6 +23,9 @@ from typing import Any
 
 import jsonschema
 
+from ..api import jsonschemas
+from ..api.task import Reason
+from ..errors import Interrupted, InvalidSchema, LeaseLost, OrdoError
 from . import output as output_mod
 from .events import (
     Checkpoint,
@@ -36,14 +39,12 @@ from .events import (
     ToolDecided,
     ToolFinished,
 )
-from ..errors import Interrupted, LeaseLost, OrdoError
+from .jsontext import MAX_JSON_DEPTH, value_depth
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
-from ..api.task import Reason
+from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
 from .tooling import ToolBinding, ToolFailure
 from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,6 @@ async def run_agent(
                         deadline=_loop_deadline(deadline),
                     )
                 )
-                from .sanitize import normalise_response  # the edge: names, ids, text, caps
 
                 response = normalise_response(response, step=step, seen_ids=state.seen_ids)
                 state.usage = state.usage + response.usage
@@ -173,6 +173,7 @@ async def run_agent(
     except LeaseLost:
         raise  # another execution owns the Task now: this one ends without a verdict
     except (ModelCallError, Interrupted) as exc:
+        _fill_unanswered(state)
         return await finish("Failed", exc.reason, str(exc), error=exc)
     except OrdoError as exc:  # e.g. a checkpoint that cannot be written
         _fill_unanswered(state)
@@ -265,9 +266,6 @@ def _screen_call(
 def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     """Why `arguments` do not satisfy the tool's input schema, or None. Patterns are matched
     with RE2 (linear time); a schema that cannot be evaluated rejects the call (fail closed)."""
-    from ..api import jsonschemas
-    from ..errors import InvalidSchema
-    from .jsontext import MAX_JSON_DEPTH, value_depth
 
     if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"

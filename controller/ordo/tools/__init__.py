@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..api import parse_duration
-from ..engine.tooling import ResolvedTool
-from ..engine.tooling import ToolBinding, ToolExecutor
+from ..engine.tooling import ResolvedTool, ToolBinding, ToolExecutor
 
 
 def build_executor(resolved: ResolvedTool) -> ToolExecutor:

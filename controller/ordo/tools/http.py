@@ -21,8 +21,7 @@ from typing import Any
 import httpx
 
 from ..api import parse_duration
-from ..engine.tooling import ResolvedTool
-from ..engine.tooling import ToolFailure, ToolOutput
+from ..engine.tooling import ResolvedTool, ToolFailure, ToolOutput
 from ..tls import shared_ssl_context
 from . import netguard
 
