@@ -7,136 +7,35 @@ and fast. Errors carry the status code and the API's reason, never request bodie
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import ssl
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import kopf
 
 from ..api import GROUP, KINDS, VERSION
-from ..errors import LeaseLost, OrdoError
+from .kubeauth import ssl_context, login
+from .kubeerrors import (
+    ApiError,
+    Fenced,
+    response_error,
+    transport_error,
+    patch_test_failed,
+)
+
+__all__ = ["ApiError", "Fenced", "KubeClient", "login", "patch_test_failed", "path"]
 
 RETRY_ATTEMPTS = 5
 """Attempts of a request that is safe to repeat (reads, idempotent writes)."""
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Event": "events"}
-MAX_MESSAGE = 300
-"""API error messages are capped: an `Invalid` message may echo field values."""
-
 # Transport errors raised before any byte of the request reached the server: repeating the
 # request cannot apply it twice, whatever the verb.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 JsonPatch = list[dict[str, Any]]
 """RFC 6902 operations."""
-
-
-class ApiError(OrdoError):
-    """A Kubernetes API request failed. Every failure of a `KubeClient` request is one of these
-    (or `Fenced`): an HTTP error status, or a transport failure (connection refused or reset,
-    timeout, TLS, protocol), which has `status` 0 and `api_reason` "TransportError".
-
-    `status` is the HTTP status (0 when no response arrived), `api_reason` the API's reason
-    ("NotFound", "Conflict", "Invalid", ...; "TransportError" for status 0). The message names
-    the status, the API reason and a capped API message, or only the exception type for a
-    transport failure; never a request body. `reason` is the Task reason (`InternalError`) if
-    this error ends a run."""
-
-    def __init__(
-        self, status: int, api_reason: str, message: str, *, causes: tuple[str, ...] = ()
-    ) -> None:
-        super().__init__(f"{status} {api_reason}: {message}"[: MAX_MESSAGE + 40])
-        self.status = status
-        self.api_reason = api_reason
-        self.causes = causes
-        """The API's cause messages, for classification only (they may echo values: never
-        log them)."""
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def transient(self) -> bool:
-        """True if the same request may succeed later: no response (connection error,
-        timeout), 429, or 5xx. False for other 4xx (the request itself is refused).
-
-        A transient failure of a write does not say whether the write was applied: a 5xx or
-        a connection lost after sending may hide a write the server committed."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
-
-
-class Fenced(LeaseLost):
-    """A fenced write was refused because this execution no longer owns the Task: another
-    execution claimed it (a different `status.executionId`, or checkpoint annotation
-    `ordo.dev/execution-id`). Nothing was written. Stop the run without writing anything else
-    for it (not even a terminal status: the newer execution owns the Task).
-
-    Deliberately not an `ApiError`, so code that suppresses `ApiError` for best-effort writes
-    never swallows it."""
-
-    def __init__(self, kind: str, name: str) -> None:
-        super().__init__(f"{kind} {name!r} is owned by another execution; write refused")
-        self.kind = kind
-        self.name = name
-
-
-def _transport_error(exc: httpx.HTTPError) -> ApiError:
-    if isinstance(exc, httpx.TransportError):
-        return ApiError(0, "TransportError", type(exc).__name__)
-    return ApiError(0, "InvalidResponse", type(exc).__name__)
-
-
-def _response_error(response: httpx.Response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        return ApiError(response.status_code, "", f"non-JSON error body ({response.reason_phrase})")
-    if not isinstance(body, dict):
-        return ApiError(response.status_code, "", "unexpected error body")
-    reason = str(body.get("reason", ""))
-    details = body.get("details")
-    raw = details.get("causes") if isinstance(details, dict) else None
-    causes = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
-    if response.status_code == 422 and causes:
-        # Invalid: the message may echo the rejected values; name fields and rule types only.
-        message = "; ".join(f"{c.get('field', '')}: {c.get('reason', '')}" for c in causes)
-    else:
-        message = str(body.get("message", ""))
-    return ApiError(
-        response.status_code,
-        reason,
-        message[:MAX_MESSAGE],
-        causes=tuple(str(c.get("message", "")) for c in causes),
-    )
-
-
-def patch_test_failed(error: ApiError, pointer: str) -> bool:
-    """True if a JSON Patch was refused because its `test` of `pointer` failed.
-
-    kube-apiserver (checked against v1.36) answers a failed `test` — a different value, or
-    a missing path — with 422 Invalid, a generic message and no causes, whereas a schema
-    violation is a 422 that names its causes (fields). Some versions name the failed test
-    in a cause ("testing value <pointer> failed", "missing path: <pointer>"). So this is
-    exact only for patches whose other operations cannot fail once the test passed (adds
-    under the tested object's parents, as the fenced writes do)."""
-    if error.status != 422:
-        return False
-    if not error.causes:
-        return error.api_reason == "Invalid"
-    return any(
-        f"testing value {pointer} failed" in cause or f"missing path: {pointer}" in cause
-        for cause in error.causes
-    )
 
 
 def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
@@ -153,52 +52,6 @@ def path(kind: str, namespace: str, name: str | None = None, subresource: str | 
     if subresource:
         base += f"/{subresource}"
     return base
-
-
-def _ssl_context(info: kopf.ConnectionInfo, keep: list[Any]) -> ssl.SSLContext | bool:
-    if info.insecure:
-        return False
-    ctx = ssl.create_default_context()
-    if info.ca_path:
-        ctx.load_verify_locations(cafile=str(info.ca_path))
-    elif info.ca_data:
-        data = info.ca_data
-        text = data.decode() if isinstance(data, bytes) else data
-        if "BEGIN CERTIFICATE" not in text:
-            text = base64.b64decode(text).decode()
-        ctx.load_verify_locations(cadata=text)
-    cert = info.certificate_path
-    key = info.private_key_path
-    if info.certificate_data and info.private_key_data:
-        cert = _tempfile(info.certificate_data, keep)
-        key = _tempfile(info.private_key_data, keep)
-    if cert and key:
-        ctx.load_cert_chain(str(cert), str(key))
-    return ctx
-
-
-def _tempfile(data: str | bytes, keep: list[Any]) -> str:
-    raw = data if isinstance(data, bytes) else data.encode()
-    if b"-----BEGIN" not in raw:
-        raw = base64.b64decode(raw)
-    handle = tempfile.NamedTemporaryFile(prefix="ordo-", suffix=".pem")  # noqa: SIM115
-    handle.write(raw)
-    handle.flush()
-    keep.append(handle)
-    return handle.name
-
-
-def login() -> kopf.ConnectionInfo:
-    """In-cluster service account if present, else the kubeconfig (KUBECONFIG)."""
-    settings = kopf.OperatorSettings()
-    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
-        info = kopf.login_with_service_account(settings=settings)
-        if info is not None:
-            return info
-    info = kopf.login_with_kubeconfig(settings=settings)
-    if info is None:
-        raise kopf.LoginError("no kubeconfig and no in-cluster service account found")
-    return info
 
 
 class KubeClient:
@@ -246,7 +99,7 @@ class KubeClient:
             else None
         )
         transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
-            verify=_ssl_context(info, self._keep),
+            verify=ssl_context(info, self._keep),
             limits=httpx.Limits(
                 max_connections=self._max_connections,
                 max_keepalive_connections=self._max_connections,
@@ -279,7 +132,7 @@ class KubeClient:
                     idempotent and isinstance(exc, httpx.TransportError)
                 )
                 if last or not retry:
-                    raise _transport_error(exc) from None
+                    raise transport_error(exc) from None
             else:
                 status = response.status_code
                 if last or not (status == 429 or (idempotent and status in RETRY_STATUSES)):
@@ -303,7 +156,7 @@ class KubeClient:
             self._client = self._build(self._relogin())
             response = await self._send(method, url, idempotent=idempotent, **kwargs)
         if response.status_code >= 400:
-            raise _response_error(response)
+            raise response_error(response)
         if not response.content:
             return None
         try:
