@@ -15,13 +15,13 @@ import httpx
 import kopf
 
 from ..api import GROUP, KINDS, VERSION
-from .kubeauth import ssl_context, login
+from .kubeauth import login, ssl_context
 from .kubeerrors import (
     ApiError,
     Fenced,
+    patch_test_failed,
     response_error,
     transport_error,
-    patch_test_failed,
 )
 
 __all__ = ["ApiError", "Fenced", "KubeClient", "login", "patch_test_failed", "path"]
