@@ -17,8 +17,9 @@ from tests.support.wire import service_url
 
 from ordo.api import Memory
 from ordo.engine.tooling import ToolFailure
+from ordo.errors import MemoryBackendError
 from ordo.memory import InMemoryBackend, MemoryBackend, open_backend
-from ordo.memory.postgres import TABLE, MemoryBackendError, PostgresBackend
+from ordo.memory.postgres import TABLE, PostgresBackend
 from ordo.memory.redis import RedisBackend
 from ordo.tools.memory_tools import memory_bindings
 
@@ -234,10 +235,10 @@ async def test_memory_tools_ingest_then_search(opener: Opener) -> None:
 @pytest.mark.services
 async def test_redis_unreachable_or_wrong_password_fails_cleanly() -> None:
     url, _ = split_password(service_url("ORDO_TEST_REDIS_URL"))
-    with pytest.raises(ConnectionError) as caught:
+    with pytest.raises(MemoryBackendError) as caught:
         await RedisBackend.connect(url, "wrong-password", "p")
     assert "wrong-password" not in str(caught.value)
-    with pytest.raises(ConnectionError):
+    with pytest.raises(MemoryBackendError):
         await RedisBackend.connect("redis://127.0.0.1:1/0", None, "p")
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..engine.tooling import ToolFailure
+from ..errors import MemoryBackendError
 from .base import Entry, words
 
 T = TypeVar("T")
@@ -39,10 +40,6 @@ _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {TABLE}_search ON {TABLE} USING gin (search)",
 )
 _MAX_QUERY_WORDS = 32
-
-
-class MemoryBackendError(ConnectionError):
-    """The backend cannot be reached; the message carries no URL or password."""
 
 
 def _like_prefix(prefix: str) -> str:

@@ -23,6 +23,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from ..engine.tooling import ToolFailure
+from ..errors import MemoryBackendError
 from .base import Entry, words
 
 _WRITE = """
@@ -38,10 +39,6 @@ return 1
 """
 _MAX_QUERY_WORDS = 32
 _FETCH_BATCH = 500
-
-
-class MemoryBackendError(ConnectionError):
-    """The backend cannot be reached; the message carries no URL or password."""
 
 
 def _failure(exc: Exception) -> ToolFailure:

@@ -12,9 +12,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api import Agent, Memory, ModelEndpoint, Tool
+from ..api.manifests import references
 from ..api.tool import model_tool_name
 from ..engine.tooling import ResolvedTool
-from ..errors import InvalidSchema, StoreError
+from ..errors import InvalidSchema, StoreError, validation_problem
 from .conditions import same_conditions, set_condition
 from .kube import ApiError, KubeClient
 from .store import KubeStore
@@ -31,13 +32,7 @@ async def agent_verdict(body: dict[str, Any], store: KubeStore) -> Verdict:
     agent = Agent.model_validate(body)
     ns = agent.namespace
     missing: list[str] = []
-    spec = agent.spec
-    refs = [("ModelEndpoint", spec.model_ref)]
-    refs += [("Tool", t) for t in spec.tools or []]
-    refs += [("AgentRole", r) for r in spec.roles or []]
-    if spec.memory and spec.memory.ref:
-        refs.append(("Memory", spec.memory.ref))
-    for kind, name in refs:
+    for _, kind, name in references(agent):  # the one list of what an Agent refers to
         if not await _exists(store, kind, ns, name):
             missing.append(f"{kind}/{name}")
     if missing:
@@ -151,12 +146,7 @@ class ReadinessReconciler:
             try:
                 verdict = await EVALUATORS[kind](body, self.store)
             except ValidationError as exc:
-                err = exc.errors()[0]
-                verdict = (
-                    "False",
-                    "InvalidSpec",
-                    f"invalid at {'.'.join(map(str, err['loc']))}: {err['msg']}",
-                )
+                verdict = ("False", "InvalidSpec", f"invalid at {validation_problem(exc)}")
             except StoreError as exc:
                 verdict = ("Unknown", "CannotRead", str(exc))
             fresh = await self.client.get(kind, meta["namespace"], meta["name"])
