@@ -354,3 +354,48 @@ def test_spec_is_immutable_but_cancel_is_not(control_plane: ControlPlane, namesp
     control_plane.kubectl(
         "patch", "task", "fixed", "-n", namespace, "--type=merge", "-p", '{"spec":{"cancel":true}}'
     )
+
+
+def _conditions(body: dict[str, object]) -> dict[str, str]:
+    status = body.get("status") or {}
+    assert isinstance(status, dict)
+    return {c["type"]: c["status"] for c in status.get("conditions") or []}
+
+
+def test_kubectl_wait_returns_for_complete_and_failed_tasks(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    """`kubectl wait --for=condition=Failed` returns for a failed Task (it used to hang until
+    its own timeout), and `--for=condition=Complete` for a succeeded one, as for a Job."""
+    setup_agent(control_plane, namespace, "[{text: late, delay: 30s}]", timeout="1s")
+    apply(control_plane, namespace, TASK.format(name="fails", agent="agent"))
+    control_plane.kubectl(
+        "wait", "-n", namespace, "--for=condition=Failed", "task/fails", "--timeout=60s"
+    )
+    failed = wait_task(control_plane, namespace, "fails", timeout=5)
+    assert (
+        _conditions(failed).items()
+        >= {
+            "Failed": "True",
+            "Ready": "False",
+            "Stalled": "True",
+            "Running": "False",
+        }.items()
+    )
+    assert "Complete" not in _conditions(failed)
+
+    setup_agent(control_plane, namespace, "[{text: done}]", agent="quick")
+    apply(control_plane, namespace, TASK.format(name="works", agent="quick"))
+    control_plane.kubectl(
+        "wait", "-n", namespace, "--for=condition=Complete", "task/works", "--timeout=60s"
+    )
+    works = wait_task(control_plane, namespace, "works", timeout=5)
+    assert (
+        _conditions(works).items()
+        >= {
+            "Complete": "True",
+            "Ready": "True",
+            "Succeeded": "True",
+        }.items()
+    )
+    assert "Failed" not in _conditions(works) and "Stalled" not in _conditions(works)

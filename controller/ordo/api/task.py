@@ -43,6 +43,8 @@ Reason = Literal[
     "DuplicateExecution",
     "PolicyUnavailable",
     "InternalError",
+    "PodFailed",
+    "ImageUnavailable",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 
@@ -164,7 +166,9 @@ class TaskStatus(OrdoModel):
     message: Annotated[str, Field(max_length=4096)] | None = None
     """Sanitised explanation; never secrets, prompts, tool arguments or results."""
     conditions: list[Condition] | None = None
-    """`Ready` (resolved), `Running`, `Succeeded`."""
+    """`Scheduled`, `Running`, `Ready` (kstatus), and at the end `Complete` or `Failed` (as a
+    Job has them; `kubectl wait --for=condition=Complete|Failed`), `Stalled` on failure,
+    `Succeeded`."""
     execution_id: Annotated[str, Field(max_length=64)] | None = None
     """Id of the execution that claimed the Task."""
     agent_generation: Annotated[int, Field(ge=0)] | None = None
@@ -193,6 +197,9 @@ class TaskStatus(OrdoModel):
     """True when older records were dropped from `toolCalls`."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
     """The .metadata.generation this status describes."""
+    execution_mode: Literal["InProcess", "Job"] | None = None
+    """Where the run executes: `InProcess` (the operator's process) or `Job` (the batch/v1
+    Job `ordo-task-<uid>`); written when the Task is claimed."""
 
 
 class Task(Resource):

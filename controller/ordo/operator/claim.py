@@ -153,6 +153,9 @@ class Claimer:
             "Resumed" if resuming else "Started",
             f"execution {execution_id}",
         )
+        conditions = set_condition(
+            conditions, "Ready", "False", "Running", "the run has not finished yet"
+        )
         return {
             "metadata": {"resourceVersion": meta["resourceVersion"]},
             "status": {

@@ -31,6 +31,25 @@ FINALIZER = "ordo.dev/run"
 log = logging.getLogger("ordo.operator")
 
 
+def terminal_conditions(
+    conditions: list[dict[str, Any]] | None, phase: str, reason: str, message: str
+) -> list[dict[str, Any]]:
+    """The conditions of a finished Task, in the shapes tools understand:
+    - `Complete=True` on success, `Failed=True` on failure or cancel (as a batch/v1 Job has
+      them), so `kubectl wait --for=condition=Complete` / `--for=condition=Failed` return;
+    - `Ready` (kstatus, Flux): True on success, False with the Task's reason otherwise, plus
+      `Stalled=True` on failure (kstatus' "will not make progress");
+    - `Running=False` and `Succeeded` (True/False), kept for existing dashboards."""
+    succeeded = phase == "Succeeded"
+    out = set_condition(conditions, "Running", "False", reason, "the run ended")
+    out = set_condition(out, "Succeeded", "True" if succeeded else "False", reason, message)
+    out = set_condition(out, "Ready", "True" if succeeded else "False", reason, message)
+    out = set_condition(out, "Complete" if succeeded else "Failed", "True", reason, message)
+    if not succeeded:
+        out = set_condition(out, "Stalled", "True", reason, message)
+    return out
+
+
 class TaskWriter:
     """The status, Events and metrics of Tasks, for one operator process."""
 
@@ -53,15 +72,8 @@ class TaskWriter:
         ns, name = meta["namespace"], meta["name"]
         current = body.get("status") or {}
         status = outcome.status()
-        conditions = set_condition(
-            current.get("conditions"), "Running", "False", outcome.reason, "the run ended"
-        )
-        conditions = set_condition(
-            conditions,
-            "Succeeded",
-            "True" if outcome.phase == "Succeeded" else "False",
-            outcome.reason,
-            status.message or "",
+        conditions = terminal_conditions(
+            current.get("conditions"), outcome.phase, outcome.reason, status.message or ""
         )
         fields = status_mod.to_patch(status)
         fields["completedAt"] = now()
