@@ -81,7 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="check manifests offline (files, folders, '-' for stdin)"
     )
-    validate.add_argument("-f", "--filename", action="append", required=True, metavar="PATH")
+    validate.add_argument(
+        "-f",
+        "--filename",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="files, folders (a kustomization's resources) or '-'; repeat -f or list several",
+    )
     validate.set_defaults(func=_cmd_validate)
 
     from . import commands

@@ -82,27 +82,138 @@ class ManifestSet:
         return [p for p in self.problems if p.severity == "warning"]
 
 
-def _expand(paths: Iterable[str]) -> Iterator[tuple[str, str]]:
-    for raw in paths:
-        if raw == "-":
-            yield "<stdin>", sys.stdin.read()
-            continue
-        path = Path(raw)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
-            for file in files:
-                yield str(file), file.read_text()
-        elif path.exists():
-            yield str(path), path.read_text()
-        else:
-            raise FileNotFoundError(f"{raw}: no such file or directory")
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+"""File names kustomize reads as a folder's kustomization."""
+_KUSTOMIZE_IGNORED = (
+    "patches",
+    "patchesStrategicMerge",
+    "patchesJson6902",
+    "configMapGenerator",
+    "secretGenerator",
+    "namespace",
+    "namePrefix",
+    "nameSuffix",
+    "commonLabels",
+    "labels",
+    "commonAnnotations",
+    "images",
+    "replacements",
+    "components",
+)
+
+
+def _kustomization(folder: Path) -> Path | None:
+    for name in KUSTOMIZATION_FILES:
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class _Reader:
+    """Expands the paths given on the command line into (source, text) pairs: files as they
+    are, folders recursively, and a folder with a kustomization by its `resources:` list
+    (files and sub-folders, relative to the folder; a kustomization is never an ordo object).
+    What cannot be followed (remote resources, transformers) becomes a warning note."""
+
+    def __init__(self) -> None:
+        self.notes: list[Problem] = []
+        self._seen: set[Path] = set()
+
+    def note(self, source: str, message: str) -> None:
+        self.notes.append(Problem(Document(source, 0, None), "", message, severity="warning"))
+
+    def _file(self, path: Path) -> Iterator[tuple[str, str]]:
+        resolved = path.resolve()
+        if resolved in self._seen:
+            return  # the same file reached twice (given twice, or listed by a kustomization)
+        self._seen.add(resolved)
+        if path.name in KUSTOMIZATION_FILES:
+            yield from self._kustomize(path)
+            return
+        yield str(path), path.read_text()
+
+    def _folder(self, folder: Path) -> Iterator[tuple[str, str]]:
+        kustomization = _kustomization(folder)
+        if kustomization is not None:
+            yield from self._file(kustomization)
+            return
+        for child in sorted(folder.iterdir()):
+            if child.is_dir():
+                yield from self._folder(child)
+            elif child.suffix in MANIFEST_SUFFIXES:
+                yield from self._file(child)
+
+    def _kustomize(self, path: Path) -> Iterator[tuple[str, str]]:
+        source = str(path)
+        try:
+            body = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            self.notes.append(
+                Problem(Document(source, 0, None), "", f"invalid YAML in a kustomization: {exc}")
+            )
+            return
+        if not isinstance(body, dict):
+            self.note(source, "not a kustomization (expected a mapping); skipped")
+            return
+        ignored = [key for key in _KUSTOMIZE_IGNORED if body.get(key)]
+        if ignored:
+            self.note(
+                source,
+                "kustomization: only `resources` are read; "
+                + ", ".join(ignored)
+                + " not applied (to check the rendered objects: "
+                "`kubectl kustomize DIR | ordo validate -f -`)",
+            )
+        resources = body.get("resources") or []
+        if not isinstance(resources, list):
+            self.notes.append(
+                Problem(Document(source, 0, body), "resources", "expected a list of paths")
+            )
+            return
+        for entry in resources:
+            if not isinstance(entry, str) or not entry:
+                self.notes.append(
+                    Problem(Document(source, 0, body), "resources", f"not a path: {entry!r}")
+                )
+                continue
+            if "://" in entry or entry.startswith(("github.com/", "git@")):
+                self.note(source, f"remote resource {entry!r} not read")
+                continue
+            target = path.parent / entry
+            if target.is_dir():
+                yield from self._folder(target)
+            elif target.is_file():
+                yield from self._file(target)
+            else:
+                self.notes.append(
+                    Problem(
+                        Document(source, 0, body),
+                        "resources",
+                        f"{entry!r}: no such file or folder (relative to {path.parent})",
+                    )
+                )
+
+    def expand(self, paths: Iterable[str]) -> Iterator[tuple[str, str]]:
+        for raw in paths:
+            if raw == "-":
+                yield "<stdin>", sys.stdin.read()
+                continue
+            path = Path(raw)
+            if path.is_dir():
+                yield from self._folder(path)
+            elif path.exists():
+                yield from self._file(path)
+            else:
+                raise FileNotFoundError(f"{raw}: no such file or directory")
 
 
 def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]:
     """Split every file into documents; YAML syntax errors become problems."""
     docs: list[Document] = []
     problems: list[Problem] = []
-    for source, text in _expand(paths):
+    reader = _Reader()
+    for source, text in reader.expand(paths):
         try:
             bodies = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
@@ -125,7 +236,7 @@ def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]
                 continue
             docs.append(Document(source, index, body))
             index += 1
-    return docs, problems
+    return docs, reader.notes + problems
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -290,9 +401,79 @@ def load(paths: Iterable[str]) -> ManifestSet:
         result.problems.extend(doc_problems)
         if obj is not None:
             result.objects.append((doc, obj))
+    result.problems.extend(check_duplicates(result))
     result.problems.extend(check_references(result))
     result.problems.extend(check_limits(result))
+    result.problems.extend(check_skills(result))
     return result
+
+
+def check_duplicates(mset: ManifestSet) -> list[Problem]:
+    """Two documents that define the same kind/namespace/name: an error naming both (which
+    one would win depends on file order). The same object twice, identical, is a warning."""
+    first: dict[tuple[str, str, str], tuple[Document, Any]] = {}
+    entries: list[tuple[tuple[str, str, str], Document, Any]] = [
+        ((obj.kind, obj.namespace, obj.name), doc, obj.to_dict()) for doc, obj in mset.objects
+    ]
+    for doc in mset.secrets:
+        meta = doc.body.get("metadata") or {}
+        ns = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
+        entries.append((("Secret", str(ns), doc.name), doc, doc.body))
+    problems = []
+    for key, doc, body in entries:
+        seen = first.get(key)
+        if seen is None:
+            first[key] = (doc, body)
+            continue
+        other, other_body = seen
+        kind, ns, name = key
+        where = f"{other.source}[{other.index}]"
+        if body == other_body:
+            problems.append(
+                Problem(
+                    doc,
+                    "metadata.name",
+                    f"{kind} {ns}/{name} is also defined, identically, in {where}",
+                    severity="warning",
+                )
+            )
+        else:
+            problems.append(
+                Problem(
+                    doc,
+                    "metadata.name",
+                    f"{kind} {ns}/{name} is defined twice, differently: here and in {where}; "
+                    "keep one",
+                )
+            )
+    return problems
+
+
+def check_skills(mset: ManifestSet) -> list[Problem]:
+    """A Task's `skill` must be one of its Agent's `skills` when that Agent is in the set
+    (the run would fail with InvalidSpec before any model call)."""
+    from .agent import Agent
+    from .task import Task
+
+    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
+    problems = []
+    for doc, obj in mset.objects:
+        if not isinstance(obj, Task) or obj.spec.skill is None:
+            continue
+        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        if agent is None:
+            continue
+        names = [s.name for s in agent.spec.skills or []]
+        if obj.spec.skill not in names:
+            has = ", ".join(names) if names else "none"
+            problems.append(
+                Problem(
+                    doc,
+                    "spec.skill",
+                    f"Agent {agent.name!r} has no skill {obj.spec.skill!r} (its skills: {has})",
+                )
+            )
+    return problems
 
 
 def check_references(mset: ManifestSet) -> list[Problem]:
