@@ -12,7 +12,13 @@ library::
 
 or from a shell: ``python -m ordo_devcluster --crds crds/``.
 
+``NodeCluster`` adds kube-controller-manager, kube-scheduler, containerd and a kubelet: a real
+single node where pods run (``python -m ordo_devcluster node up``).
+
 Modules: :mod:`~ordo_devcluster.controlplane` (the :class:`ControlPlane` class),
+:mod:`~ordo_devcluster.node` (:class:`NodeCluster`), :mod:`~ordo_devcluster.nodeconfig`,
+:mod:`~ordo_devcluster.nodestate` (host resources and their cleanup),
+:mod:`~ordo_devcluster.ociimage` (FROM-scratch OCI archives),
 :mod:`~ordo_devcluster.processes` (child supervision), :mod:`~ordo_devcluster.pki`
 (certificates), :mod:`~ordo_devcluster.kubeconfig`, :mod:`~ordo_devcluster.binaries`,
 :mod:`~ordo_devcluster.errors`.
@@ -20,7 +26,13 @@ Modules: :mod:`~ordo_devcluster.controlplane` (the :class:`ControlPlane` class),
 
 from ordo_devcluster.binaries import BIN_ENV, REQUIRED_BINARIES, default_bin_dir, find_binaries
 from ordo_devcluster.controlplane import ControlPlane
-from ordo_devcluster.errors import BinariesNotFoundError, ControlPlaneError, KubectlError
+from ordo_devcluster.errors import (
+    BinariesNotFoundError,
+    ControlPlaneError,
+    KubectlError,
+    NodeDependenciesError,
+)
+from ordo_devcluster.node import NodeCluster
 
 __all__ = [
     "BIN_ENV",
@@ -29,6 +41,8 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "KubectlError",
+    "NodeCluster",
+    "NodeDependenciesError",
     "default_bin_dir",
     "find_binaries",
 ]

@@ -92,6 +92,10 @@ class ControlPlane:
         self._pki: Pki | None = None
         self._children: list[Child] = []
         self._started = False
+        #: Address kube-apiserver binds to and ``server`` names (the node mode uses the node IP).
+        self.bind_address = "127.0.0.1"
+        #: How many children ``running`` expects (subclasses start more).
+        self._expected_children = 2
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -112,7 +116,7 @@ class ControlPlane:
         """True while etcd and kube-apiserver are both up (false before start, after stop)."""
         return (
             self._started
-            and len(self._children) == 2
+            and len(self._children) == self._expected_children
             and all(child.popen.poll() is None for child in self._children)
         )
 
@@ -130,7 +134,8 @@ class ControlPlane:
             sweep_stale_workdirs()
             self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
             (self.workdir / OWNER_FILE).write_text(f"{os.getpid()}\n")
-            self._pki = generate_pki(self.workdir / "pki")
+            self._prepare_workdir()
+            self._pki = self._generate_pki()
             self.ca_cert = self._pki.ca_cert
             attempts = 3
             for attempt in range(1, attempts + 1):
@@ -314,6 +319,36 @@ class ControlPlane:
         finally:
             conn.close()
 
+    def _prepare_workdir(self) -> None:
+        """Hook run once the working directory exists, before the PKI (node mode: networks)."""
+
+    def _generate_pki(self) -> Pki:
+        assert self.workdir is not None
+        return generate_pki(self.workdir / "pki")
+
+    def _apiserver_args(self, port: int, cert_dir: Path) -> list[str]:
+        """kube-apiserver's flags; the node mode adjusts authorization and admission."""
+        assert self._pki is not None
+        pki = self._pki
+        return [
+            f"--etcd-servers={self.etcd_url}",
+            f"--bind-address={self.bind_address}",
+            f"--secure-port={port}",
+            f"--cert-dir={cert_dir}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={self.server}",
+            f"--service-account-key-file={pki.sa_public_key}",
+            f"--service-account-signing-key-file={pki.sa_private_key}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--profiling=false",
+            *self.extra_apiserver_args,
+        ]
+
     def _spawn(self, name: str, args: list[str]) -> Child:
         assert self.workdir is not None
         child = spawn(
@@ -328,7 +363,6 @@ class ControlPlane:
 
     def _start_processes(self) -> None:
         assert self.workdir is not None and self._pki is not None
-        pki = self._pki
         etcd_client, etcd_peer, apiserver_port = free_ports(3)
         self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         peer_url = f"http://127.0.0.1:{etcd_peer}"
@@ -352,41 +386,23 @@ class ControlPlane:
         )
         self._wait(etcd, deadline, lambda: self._etcd_healthy(etcd_client), "etcd /health")
 
-        self.server = f"https://127.0.0.1:{apiserver_port}"
+        self.server = f"https://{self.bind_address}:{apiserver_port}"
         cert_dir = self.workdir / "apiserver-certs"
         cert_dir.mkdir(exist_ok=True)
-        apiserver = self._spawn(
-            "kube-apiserver",
-            [
-                f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={apiserver_port}",
-                f"--cert-dir={cert_dir}",
-                f"--tls-cert-file={pki.serving_cert}",
-                f"--tls-private-key-file={pki.serving_key}",
-                f"--client-ca-file={pki.ca_cert}",
-                "--authorization-mode=RBAC",
-                f"--service-account-issuer={self.server}",
-                f"--service-account-key-file={pki.sa_public_key}",
-                f"--service-account-signing-key-file={pki.sa_private_key}",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                "--disable-admission-plugins=ServiceAccount",
-                "--allow-privileged=true",
-                "--profiling=false",
-                *self.extra_apiserver_args,
-            ],
-        )
+        apiserver = self._spawn("kube-apiserver", self._apiserver_args(apiserver_port, cert_dir))
         self._wait(
             apiserver,
             deadline,
-            lambda: self._get("127.0.0.1", apiserver_port, "/readyz", timeout=2)[0] == 200,
+            lambda: self._get(self.bind_address, apiserver_port, "/readyz", timeout=2)[0] == 200,
             "kube-apiserver /readyz",
         )
         self._wait(
             apiserver,
             deadline,
             lambda: (
-                self._get("127.0.0.1", apiserver_port, "/api/v1/namespaces/default", timeout=2)[0]
+                self._get(
+                    self.bind_address, apiserver_port, "/api/v1/namespaces/default", timeout=2
+                )[0]
                 == 200
             ),
             "the default namespace",

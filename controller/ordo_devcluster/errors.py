@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import subprocess
 
-__all__ = ["BinariesNotFoundError", "ControlPlaneError", "KubectlError", "PortTakenError"]
+__all__ = [
+    "BinariesNotFoundError",
+    "ControlPlaneError",
+    "KubectlError",
+    "NodeDependenciesError",
+    "PortTakenError",
+]
 
 
 class ControlPlaneError(RuntimeError):
@@ -13,6 +19,11 @@ class ControlPlaneError(RuntimeError):
 
 class BinariesNotFoundError(ControlPlaneError):
     """etcd, kube-apiserver or kubectl is missing: run ``scripts/build-controlplane``."""
+
+
+class NodeDependenciesError(BinariesNotFoundError):
+    """The node mode lacks kubelet & co., containerd, runc, CNI plugins, the pause image or
+    root: run ``scripts/build-controlplane`` and ``scripts/node-deps`` (as root)."""
 
 
 class PortTakenError(ControlPlaneError):

@@ -182,6 +182,8 @@ def sweep_stale_workdirs() -> None:
     """Remove working directories whose owning process is gone (e.g. a SIGKILLed pytest)."""
     base = Path(tempfile.gettempdir())
     for directory in base.glob(f"{WORKDIR_PREFIX}*"):
+        if (directory / "node.json").exists():
+            continue  # a node's: mounts and interfaces first (nodestate.sweep_stale_nodes)
         try:
             owner = int((directory / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
