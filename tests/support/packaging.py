@@ -30,22 +30,23 @@ GROUP = "ordo.dev"
 # (apiGroup, resource[/subresource], verb): everything the operator's identity may do in a
 # watched namespace. Nothing else, anywhere.
 Rule = tuple[str, str, str]
+ORDO_RESOURCES = (
+    "tasks",
+    "agents",
+    "modelendpoints",
+    "tools",
+    "memories",
+    "agentroles",
+    "toolpermissions",
+    "agentpolicies",
+)
 OPERATOR_RULES: frozenset[Rule] = frozenset(
     # kopf watches these (list + watch); ordo's client gets and lists them.
-    {
-        (GROUP, r, v)
-        for r in ("tasks", "agents", "modelendpoints", "tools", "memories", "agentroles")
-        for v in ("get", "list", "watch")
-    }
-    # Read when a Task is resolved; never watched.
-    | {(GROUP, r, v) for r in ("toolpermissions", "agentpolicies") for v in ("get", "list")}
+    {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list", "watch")}
     # The ordo.dev/run finalizer (a merge patch of metadata.finalizers, resourceVersion-guarded).
     | {(GROUP, "tasks", "patch")}
     # Status written with merge patches: Task progress and results, Ready conditions.
-    | {
-        (GROUP, f"{r}/status", "patch")
-        for r in ("tasks", "agents", "modelendpoints", "tools", "memories")
-    }
+    | {(GROUP, f"{r}/status", "patch") for r in ORDO_RESOURCES}
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
     | {("", "secrets", "get")}
     # The per-Task checkpoint ConfigMap ordo-checkpoint-<uid>.

@@ -58,13 +58,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 The operator's RBAC rules, the same whether they go into a ClusterRole (all namespaces) or a
 Role in each watched namespace. Derived from what the operator does (docs/security.md):
-- kopf watches Tasks, Agents, ModelEndpoints, Tools, Memories and AgentRoles (list, watch);
-  ordo's client reads all eight kinds (get, list). ToolPermissions and AgentPolicies are only
-  read when a Task is resolved, never watched.
+- kopf watches all eight ordo kinds (list, watch); ordo's client reads them (get, list).
 - Tasks: patch, only ever of metadata.finalizers (the ordo.dev/run finalizer), conditional on
   resourceVersion. RBAC cannot narrow a patch to one field; the Task spec is immutable by CEL
   except `cancel` (and `input`, which the operator never writes).
-- Status subresources it writes (merge patch): tasks, agents, modelendpoints, tools, memories.
+- Status subresources it writes (merge patch): all eight ordo kinds (Task progress and results,
+  the Ready condition of the others).
 - Secrets: get by name only (the ones ModelEndpoints, Tools and Memories name); never list or
   watch, so the operator cannot enumerate Secrets.
 - ConfigMaps: the per-Task checkpoint ordo-checkpoint-<task uid> (get, create, update, delete).
@@ -76,16 +75,13 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 */}}
 {{- define "ordo.rules" -}}
 - apiGroups: [ordo.dev]
-  resources: [tasks, agents, modelendpoints, tools, memories, agentroles]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies]
   verbs: [get, list, watch]
-- apiGroups: [ordo.dev]
-  resources: [toolpermissions, agentpolicies]
-  verbs: [get, list]
 - apiGroups: [ordo.dev]
   resources: [tasks]
   verbs: [patch]
 - apiGroups: [ordo.dev]
-  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status]
+  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [secrets]

@@ -84,7 +84,15 @@ KINDS: dict[str, KindInfo] = {
             ),
         ),
         KindInfo(
-            AgentRole, "agentroles", ("arole",), (_col("Permissions", ".spec.permissions"), AGE)
+            AgentRole,
+            "agentroles",
+            ("arole",),
+            (
+                _col("Permissions", ".spec.permissions"),
+                _col("Agents", ".status.agents", "integer"),
+                _col("Ready", READY),
+                AGE,
+            ),
         ),
         KindInfo(
             ToolPermission,
@@ -94,6 +102,7 @@ KINDS: dict[str, KindInfo] = {
                 _col("Tool", ".spec.toolRef"),
                 _col("Mode", ".spec.matchMode"),
                 _col("Requires", ".spec.requiredPermissions"),
+                _col("Ready", READY),
                 AGE,
             ),
         ),
@@ -105,6 +114,8 @@ KINDS: dict[str, KindInfo] = {
                 _col("On-Denied", ".spec.onToolDenied"),
                 _col("Max-Tokens", ".spec.maxTokensPerTask", "integer"),
                 _col("Blocked", ".spec.blockedTools"),
+                _col("Agents", ".status.selectedAgents", "integer"),
+                _col("Ready", READY),
                 AGE,
             ),
         ),

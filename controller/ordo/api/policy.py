@@ -89,9 +89,16 @@ class AgentPolicySpec(OrdoModel):
     """`Fail` ends the Task with `ToolDenied`; `ReturnError` tells the model and continues."""
 
 
+class AgentPolicyStatus(StatusBase):
+    """Observed state: `Ready`, and how many Agents the selector matches."""
+
+    selected_agents: Annotated[int, Field(ge=0)] | None = None
+    """How many Agents in the namespace the policy selects now (the `Ready` message names a few)."""
+
+
 class AgentPolicy(Resource):
     """Guard rails over the Agents it selects."""
 
     kind: Literal["AgentPolicy"] = "AgentPolicy"
     spec: AgentPolicySpec
-    status: StatusBase | None = None
+    status: AgentPolicyStatus | None = None

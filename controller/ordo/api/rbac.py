@@ -24,12 +24,19 @@ class AgentRoleSpec(OrdoModel):
     """Permissions granted, e.g. `tool:web-search:invoke`."""
 
 
+class AgentRoleStatus(StatusBase):
+    """Observed state: `Ready`, and how many Agents hold the role."""
+
+    agents: Annotated[int, Field(ge=0)] | None = None
+    """How many Agents in the namespace list this role in `spec.roles` (the `Ready` message names a few)."""
+
+
 class AgentRole(Resource):
     """A named set of permissions an Agent can hold."""
 
     kind: Literal["AgentRole"] = "AgentRole"
     spec: AgentRoleSpec
-    status: StatusBase | None = None
+    status: AgentRoleStatus | None = None
 
 
 class ToolPermissionSpec(OrdoModel):

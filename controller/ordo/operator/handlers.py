@@ -150,6 +150,8 @@ READINESS_KINDS = {
     "tools": "Tool",
     "memories": "Memory",
     "agentroles": "AgentRole",
+    "toolpermissions": "ToolPermission",
+    "agentpolicies": "AgentPolicy",
 }
 
 
