@@ -146,6 +146,6 @@ def test_exactly_once_under_sigkill(
         if broken
         else ""
     )
-    write_report(tmp_path, "chaos", summary, monitor, failure)
+    write_report(tmp_path, "chaos", summary, monitor, failure, effects)
     if broken:
         pytest.fail(failure, pytrace=False)

@@ -125,7 +125,7 @@ def test_exactly_once_under_api_faults(
     failure = (
         monitor.explain(f"under API faults (seed {SEED})", broken, op, faults_of) if broken else ""
     )
-    write_report(tmp_path, "faults", summary, monitor, failure)
+    write_report(tmp_path, "faults", summary, monitor, failure, effects)
     if broken:
         pytest.fail(failure, pytrace=False)
 

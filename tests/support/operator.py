@@ -603,8 +603,10 @@ class InvariantMonitor:
             "monitorPollErrors": self.poll_errors,
         }
 
-    def dump(self) -> list[dict[str, Any]]:
-        """What the monitor saw of every Task, for the test's report directory."""
+    def dump(self, effects: Counter[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+        """What the monitor saw of every Task (with the executions of its calls), for the
+        test's report directory."""
+        effects = effects or Counter()
         with self._lock:
             tracks = sorted(self.tracks.values(), key=lambda t: t.name)
             return [
@@ -620,6 +622,9 @@ class InvariantMonitor:
                     "firstRunning": t.first_running and round(t.first_running, 3),
                     "terminalAt": t.terminal_at and round(t.terminal_at, 3),
                     "maxOrphanSeconds": round(t.max_orphan, 1),
+                    "effects": {
+                        call: n for (task, call), n in sorted(effects.items()) if task == t.name
+                    },
                 }
                 for t in tracks
             ]
@@ -655,13 +660,18 @@ class InvariantMonitor:
 
 
 def write_report(
-    directory: Path, test: str, summary: dict[str, Any], monitor: InvariantMonitor, failure: str
+    directory: Path,
+    test: str,
+    summary: dict[str, Any],
+    monitor: InvariantMonitor,
+    failure: str,
+    effects: Counter[tuple[str, str]] | None = None,
 ) -> Path:
     """Print the one-line summary; write it (`<test>-summary.json`), the per-Task record
     (`<test>-tasks.json`) and the failure message (`<test>-violations.txt`) to `directory`."""
     path = directory / f"{test}-summary.json"
     path.write_text(json.dumps(summary, indent=2))
-    (directory / f"{test}-tasks.json").write_text(json.dumps(monitor.dump(), indent=1))
+    (directory / f"{test}-tasks.json").write_text(json.dumps(monitor.dump(effects), indent=1))
     if failure:
         (directory / f"{test}-violations.txt").write_text(failure)
     print(f"\n{test.upper()} SUMMARY {json.dumps(summary)}\n(written to {path})")
