@@ -72,3 +72,10 @@ def register(sub: Any) -> None:
     )
     operator_main.add_arguments(operator)
     operator.set_defaults(func=operator_main.run)
+
+    run_task = sub.add_parser(
+        "run-task",
+        help="run one claimed Task (the process of a Job-mode pod; see docs/operations.md)",
+    )
+    operator_main.add_run_task_arguments(run_task)
+    run_task.set_defaults(func=operator_main.run_task)

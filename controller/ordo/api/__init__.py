@@ -135,6 +135,7 @@ KINDS: dict[str, KindInfo] = {
                 _col("Reason", ".status.reason"),
                 _col("Steps", ".status.step", "integer"),
                 _col("Tokens", ".status.usage.totalTokens", "integer"),
+                _col("Mode", ".status.executionMode"),
                 AGE,
             ),
             spec_rules=(TASK_SPEC_IMMUTABLE,),

@@ -77,6 +77,45 @@ class Skill(OrdoModel):
     """Tools available under this skill; must be a subset of the Agent's `tools`. Unset: all."""
 
 
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+Quantity = Annotated[
+    str, Field(pattern=QUANTITY_PATTERN, max_length=32, examples=["500m", "256Mi"])
+]
+"""A Kubernetes resource quantity such as `500m` (CPU) or `256Mi` (memory)."""
+
+ExecutionMode = Literal["InProcess", "Job"]
+EXECUTION_MODES: tuple[ExecutionMode, ...] = ("InProcess", "Job")
+
+
+class ResourceAmounts(OrdoModel):
+    """CPU and memory of the Job pod (Kubernetes quantities)."""
+
+    cpu: Quantity | None = None
+    """CPU, e.g. `250m`."""
+    memory: Quantity | None = None
+    """Memory, e.g. `256Mi`; over the limit the pod is OOMKilled (reason `PodFailed`)."""
+
+
+class ExecutionResources(OrdoModel):
+    """Requests and limits of the Job pod; unset ones come from the operator's defaults."""
+
+    requests: ResourceAmounts | None = None
+    """What the scheduler reserves for the pod."""
+    limits: ResourceAmounts | None = None
+    """The most the pod may use."""
+
+
+class Execution(OrdoModel):
+    """Where the agent's Tasks run."""
+
+    mode: ExecutionMode | None = None
+    """`InProcess`: in the operator's process (fast start, shared blast radius). `Job`: one
+    batch/v1 Job per Task, running the same engine in its own pod (isolated, a few seconds of
+    start-up). Unset: the operator's `--default-execution-mode`."""
+    resources: ExecutionResources | None = None
+    """Requests and limits of the Job pod (Job mode only)."""
+
+
 class AgentSpec(OrdoModel):
     """Desired state of an Agent."""
 
@@ -111,6 +150,8 @@ class AgentSpec(OrdoModel):
     """Named skills a Task can select."""
     output_schema: JsonObject | None = None
     """JSON Schema the final answer must satisfy (a Task's own `outputSchema` wins)."""
+    execution: Execution | None = None
+    """Execution mode of its Tasks (`InProcess` or `Job`) and the Job pod's resources."""
 
     _check_output_schema = field_validator("output_schema")(user_schema)
 

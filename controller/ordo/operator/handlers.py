@@ -12,7 +12,9 @@ from typing import Any
 import kopf
 
 from ..api import GROUP, VERSION
+from ..api.agent import ExecutionMode
 from .health import HealthServer
+from .jobs import COMPONENT, MANAGED_BY, JobSettings
 from .kube import KubeClient, login
 from .metrics import Metrics
 from .readiness import ReadinessReconciler
@@ -33,6 +35,10 @@ class OperatorConfig:
     lease_seconds: float = 30.0
     namespaces: list[str] = field(default_factory=list)
     peering: str | None = None
+    default_execution_mode: ExecutionMode = "InProcess"
+    job: JobSettings = field(default_factory=JobSettings)
+    job_poll_seconds: float = 10.0
+    job_cancel_grace_seconds: float = 30.0
 
 
 @dataclass
@@ -95,7 +101,13 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     STATE.scheduler = TaskScheduler(
         STATE.client,
         settings=SchedulerSettings(
-            cfg.max_concurrent_tasks, cfg.keep_checkpoints, cfg.lease_seconds
+            cfg.max_concurrent_tasks,
+            cfg.keep_checkpoints,
+            cfg.lease_seconds,
+            default_execution_mode=cfg.default_execution_mode,
+            job=cfg.job,
+            job_poll_seconds=cfg.job_poll_seconds,
+            job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,
         ),
         metrics=STATE.metrics,
     )
@@ -142,6 +154,16 @@ async def _task_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **
     scheduler = _state(memo).scheduler
     if scheduler is not None:
         scheduler.observe(_plain(body), event.get("type"))
+
+
+@kopf.on.event(
+    "batch", "v1", "jobs", labels={**MANAGED_BY, "app.kubernetes.io/component": COMPONENT}
+)
+async def _job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A Job-mode Task's Job changed (a pod failed, the Job finished): wake its supervisor."""
+    scheduler = _state(memo).scheduler
+    if scheduler is not None:
+        scheduler.observe_job(_plain(body))
 
 
 READINESS_KINDS = {

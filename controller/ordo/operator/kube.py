@@ -29,7 +29,7 @@ __all__ = ["ApiError", "Fenced", "KubeClient", "login", "patch_test_failed", "pa
 RETRY_ATTEMPTS = 5
 """Attempts of a request that is safe to repeat (reads, idempotent writes)."""
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Event": "events"}
+CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Event": "events", "Pod": "pods"}
 # Transport errors raised before any byte of the request reached the server: repeating the
 # request cannot apply it twice, whatever the verb.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -43,6 +43,8 @@ def path(kind: str, namespace: str, name: str | None = None, subresource: str | 
         base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{KINDS[kind].plural}"
     elif kind == "Lease":
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    elif kind == "Job":
+        base = f"/apis/batch/v1/namespaces/{namespace}/jobs"
     elif kind in CORE:
         base = f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
     else:
@@ -213,13 +215,23 @@ class KubeClient:
         return result
 
     async def delete(
-        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        propagation: str | None = None,
     ) -> None:
         """Delete; with `resource_version`, only if the object was not changed since (else 409).
-        A missing object is not an error (so a retried delete that was applied is fine)."""
-        options = (
+        `propagation` is the propagationPolicy (`Background` deletes a Job's pods too; the
+        API's default for Jobs orphans them). A missing object is not an error (so a retried
+        delete that was applied is fine)."""
+        options: dict[str, Any] | None = (
             {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
         )
+        if propagation is not None:
+            options = {**(options or {}), "propagationPolicy": propagation}
         try:
             await self._request(
                 "delete", "DELETE", path(kind, namespace, name), json=options, idempotent=True

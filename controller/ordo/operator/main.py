@@ -66,19 +66,150 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="re-check Ready conditions this often (default 60)",
     )
+    parser.add_argument(
+        "--default-execution-mode",
+        choices=("InProcess", "Job"),
+        default="InProcess",
+        help="where Tasks run whose Agent sets no spec.execution.mode: in this process "
+        "(default), or one batch/v1 Job per Task",
+    )
+    jobs = parser.add_argument_group("Job mode (one batch/v1 Job per Task)")
+    jobs.add_argument(
+        "--job-image",
+        default="",
+        metavar="IMAGE",
+        help="image of the Job pods: this operator's own image (required for Job mode)",
+    )
+    jobs.add_argument(
+        "--job-service-account",
+        default="ordo-runner",
+        metavar="NAME",
+        help="ServiceAccount of the Job pods in each Task's namespace (default ordo-runner)",
+    )
+    jobs.add_argument(
+        "--job-image-pull-policy",
+        choices=("Always", "IfNotPresent", "Never"),
+        default="IfNotPresent",
+    )
+    jobs.add_argument(
+        "--job-requests",
+        default="cpu=100m,memory=128Mi",
+        metavar="cpu=Q,memory=Q",
+        help="default resource requests of a Job pod (an Agent's spec.execution.resources wins)",
+    )
+    jobs.add_argument(
+        "--job-limits",
+        default="memory=512Mi",
+        metavar="cpu=Q,memory=Q",
+        help="default resource limits of a Job pod",
+    )
+    jobs.add_argument(
+        "--job-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra environment variable of the Job pods (repeatable)",
+    )
+    jobs.add_argument("--job-backoff-limit", type=int, default=3, metavar="N")
+    jobs.add_argument("--job-ttl-seconds", type=int, default=600, metavar="S")
+    jobs.add_argument(
+        "--job-deadline-grace-seconds",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="added to the run's timeout (and one lease) for the Job's activeDeadlineSeconds",
+    )
+    jobs.add_argument(
+        "--job-image-pull-grace-seconds",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="a Job pod that cannot pull its image this long ends the Task ImageUnavailable",
+    )
+    jobs.add_argument(
+        "--job-cancel-grace-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="a cancelled Job-mode run may take this long to stop by itself before its Job "
+        "is deleted",
+    )
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument("--log-level", default="INFO")
+
+
+def add_run_task_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", "-n", required=True, help="the Task's namespace")
+    parser.add_argument("--name", required=True, help="the Task's name")
+    parser.add_argument(
+        "--execution-id", required=True, help="the claim this Job runs (status.executionId)"
+    )
+    parser.add_argument(
+        "--lease-seconds", type=float, default=30.0, help="execution lease duration (default 30)"
+    )
+    parser.add_argument("--log-format", choices=("json", "text"), default="json")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run_task(args: argparse.Namespace) -> int:
+    """`ordo run-task`: the process of a Job-mode pod (operator/jobrunner.py)."""
+    from .jobrunner import run_task as run
+
+    logs.configure(args.log_format, args.log_level.upper())
+    return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
+
+
+def parse_quantities(value: str) -> dict[str, str]:
+    """`cpu=100m,memory=128Mi` as a resource map (empty string: none)."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        key, sep, amount = part.partition("=")
+        if not sep or key not in ("cpu", "memory") or not amount:
+            raise ValueError(f"expected cpu=QUANTITY or memory=QUANTITY, got {part!r}")
+        out[key] = amount
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     import kopf
 
     from . import handlers
+    from .jobs import JobSettings
 
     logs.configure(args.log_format, args.log_level.upper())
     if args.max_concurrent_tasks < 1:
         logging.getLogger("ordo.operator").error("--max-concurrent-tasks must be at least 1")
         return 2
+    try:
+        requests = parse_quantities(args.job_requests)
+        limits = parse_quantities(args.job_limits)
+        env = dict(item.split("=", 1) for item in args.job_env if "=" in item)
+    except ValueError as exc:
+        logging.getLogger("ordo.operator").error(f"--job-requests/--job-limits: {exc}")
+        return 2
+    if len(env) != len(args.job_env):
+        logging.getLogger("ordo.operator").error("--job-env expects NAME=VALUE")
+        return 2
+    if args.default_execution_mode == "Job" and not args.job_image:
+        logging.getLogger("ordo.operator").error(
+            "--default-execution-mode Job needs --job-image (the operator's own image)"
+        )
+        return 2
+    job = JobSettings(
+        image=args.job_image,
+        service_account=args.job_service_account,
+        image_pull_policy=args.job_image_pull_policy,
+        requests=requests,
+        limits=limits,
+        backoff_limit=args.job_backoff_limit,
+        ttl_seconds_after_finished=args.job_ttl_seconds,
+        deadline_grace_seconds=args.job_deadline_grace_seconds,
+        image_pull_grace_seconds=args.job_image_pull_grace_seconds,
+        lease_seconds=args.lease_seconds,
+        log_format=args.log_format,
+        log_level=args.log_level.upper(),
+        env=env,
+    )
     config = handlers.OperatorConfig(
         max_concurrent_tasks=args.max_concurrent_tasks,
         metrics_port=args.metrics_port or None,
@@ -88,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         namespaces=list(args.namespace or []),
         peering=args.peering,
+        default_execution_mode=args.default_execution_mode,
+        job=job,
+        job_cancel_grace_seconds=args.job_cancel_grace_seconds,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:

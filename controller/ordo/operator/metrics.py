@@ -65,6 +65,12 @@ class Metrics:
         )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
         self.pending = Gauge("ordo_tasks_pending", "Tasks waiting for capacity.", registry=r)
+        self.jobs_running = Gauge(
+            "ordo_task_jobs_running",
+            "Tasks executing in Job mode (a batch/v1 Job each) that this process supervises; "
+            "they are also counted in ordo_tasks_running.",
+            registry=r,
+        )
         self.kube_requests = Counter(
             "ordo_kube_api_requests_total",
             "Requests ordo's own client made to the Kubernetes API (kopf's watches excluded).",

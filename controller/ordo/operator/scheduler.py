@@ -16,8 +16,10 @@ up Tasks whose job gave up on transient errors.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +27,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api import TERMINAL_PHASES, Task
+from ..api.agent import ExecutionMode
 from ..errors import validation_problem
 from ..runtime import ModelFactory, TaskOutcome, default_model_factory, internal_error
 from . import logs
-from .claim import Claimer
+from .claim import Claim, Claimer
 from .conditions import set_condition
+from .jobs import JobGone, JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
 from .metrics import Metrics
 from .runner import Runner
@@ -51,12 +55,22 @@ class SchedulerSettings:
     """Keep the checkpoint ConfigMap after a Task ends (for debugging / replay)."""
     lease_seconds: float = 30.0
     """Execution lease duration: how long after a crash another process may resume a Task."""
+    default_execution_mode: ExecutionMode = "InProcess"
+    """Where Tasks run whose Agent names no `spec.execution.mode`."""
+    job: JobSettings = field(default_factory=JobSettings)
+    """How Job-mode pods are built (image, ServiceAccount, resources, deadlines)."""
+    job_poll_seconds: float = 5.0
+    """How often a supervised Job is re-read when no watch event arrives."""
+    job_cancel_grace_seconds: float = 30.0
+    """How long a cancelled Job-mode run may take to stop by itself before its Job is deleted."""
 
 
 @dataclass
 class Job:
     task: asyncio.Task[None] | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set on every watch event of the Task or its batch Job (Job mode: re-check now)."""
 
 
 class TaskScheduler:
@@ -80,6 +94,15 @@ class TaskScheduler:
             KubeStore(client),
             self.metrics,
             model_factory,
+            keep_checkpoints=self.settings.keep_checkpoints,
+        )
+        self.jobs = JobSupervisor(
+            client,
+            self.writer,
+            self.metrics,
+            dataclasses.replace(self.settings.job, lease_seconds=self.settings.lease_seconds),
+            poll_seconds=self.settings.job_poll_seconds,
+            cancel_grace_seconds=self.settings.job_cancel_grace_seconds,
             keep_checkpoints=self.settings.keep_checkpoints,
         )
         self._capacity = asyncio.Semaphore(self.settings.max_concurrent_tasks)
@@ -109,6 +132,7 @@ class TaskScheduler:
         if job is not None:
             if deleting or spec.get("cancel"):
                 job.cancel.set()
+            job.wake.set()
             return
         if phase in TERMINAL_PHASES:
             if FINALIZER in (meta.get("finalizers") or []):
@@ -119,8 +143,18 @@ class TaskScheduler:
             job.cancel.set()
         self._jobs[uid] = job
         job.task = asyncio.create_task(
-            self._job(uid, meta["namespace"], meta["name"], job), name=f"ordo-task-{uid}"
+            self._job(uid, meta["namespace"], meta["name"], job, runs_in_job(body)),
+            name=f"ordo-task-{uid}",
         )
+
+    def observe_job(self, body: dict[str, Any]) -> None:
+        """React to a watch event of a batch Job ordo created: wake the supervisor of the
+        Task that owns it. Never blocks; never raises."""
+        for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Task":
+                job = self._jobs.get(str(ref.get("uid")))
+                if job is not None:
+                    job.wake.set()
 
     async def sweep(self) -> None:
         """Observe every Task of the namespaces seen so far again, so a Task whose job gave
@@ -150,7 +184,9 @@ class TaskScheduler:
 
     # -- one job per Task -----------------------------------------------------------------
 
-    async def _job(self, uid: str, namespace: str, name: str, job: Job) -> None:
+    async def _job(
+        self, uid: str, namespace: str, name: str, job: Job, in_job: bool = False
+    ) -> None:
         """Process one Task. Transient API failures are retried a bounded number of times;
         anything else ends the Task `InternalError` (never a retry that calls the model)."""
         logs.bind(namespace=namespace, task=name)
@@ -158,7 +194,7 @@ class TaskScheduler:
         try:
             for attempt in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    await self._attempt(namespace, name, job)
+                    await self._attempt(namespace, name, job, in_job)
                     return
                 except asyncio.CancelledError:
                     return
@@ -203,11 +239,20 @@ class TaskScheduler:
         except Exception:
             log.error("the task could not be marked failed; it is left for the next sweep")
 
-    async def _attempt(self, namespace: str, name: str, job: Job) -> None:
+    async def _attempt(self, namespace: str, name: str, job: Job, in_job: bool = False) -> None:
         self.metrics.pending.inc()
         waiting = True
         try:
-            body = await self.claimer.wait_for_other_holder(namespace, name)
+            body: dict[str, Any] | None = None
+            if in_job:
+                # Its pod holds the execution lease: supervise the Job, do not wait for it.
+                body = await self.client.get("Task", namespace, name)
+                if body is None or (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                    return
+                if not runs_in_job(body):
+                    body = None
+            if body is None:
+                body = await self.claimer.wait_for_other_holder(namespace, name)
             if body is None:
                 return
             must_wait = self._capacity.locked()
@@ -281,9 +326,41 @@ class TaskScheduler:
                 ),
             )
             return
+        if runs_in_job(body):
+            try:
+                await self.jobs.supervise(
+                    body, body["status"].get("executionId", ""), job.wake, job.cancel
+                )
+                return
+            except JobGone:
+                log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
+                fresh = await self.claimer.wait_for_other_holder(
+                    namespace, body["metadata"]["name"]
+                )
+                if fresh is None:
+                    return
+                body, phase = fresh, (fresh.get("status") or {}).get("phase")
         if job.cancel.is_set():
             await self.writer.finish(
                 body, TaskOutcome("Cancelled", "Cancelled", "cancelled before it started")
+            )
+            return
+
+        agent = await self.client.get("Agent", namespace, task.spec.agent_ref)
+        mode = select_mode(
+            agent,
+            self.settings.default_execution_mode,
+            (body.get("status") or {}).get("executionMode"),
+        )
+        if mode == "Job" and not self.settings.job.image:
+            await self.writer.finish(
+                body,
+                TaskOutcome(
+                    "Failed",
+                    "InvalidSpec",
+                    "the Agent asks for execution mode Job, but this operator has no runner "
+                    "image (ordo operator --job-image; Helm value jobs.image)",
+                ),
             )
             return
 
@@ -304,4 +381,39 @@ class TaskScheduler:
             claim = await self.claimer.claim(body, resuming)
         if claim is None:
             return
-        await self.runner.run(claim, task, job.cancel)
+        claim = await self._record_mode(claim, mode)
+        if mode == "Job":
+            await self._run_in_job(claim, agent, job)
+        else:
+            await self.runner.run(claim, task, job.cancel)
+
+    async def _record_mode(self, claim: Claim, mode: ExecutionMode) -> Claim:
+        """Write `status.executionMode` right after the claim (fenced by its executionId)."""
+        meta = claim.body["metadata"]
+        try:
+            updated = await self.client.patch_status_fenced(
+                "Task", meta["namespace"], meta["name"], claim.execution_id, {"executionMode": mode}
+            )
+        except BaseException:
+            await claim.lease.release()
+            raise
+        return dataclasses.replace(claim, body=updated)
+
+    async def _run_in_job(self, claim: Claim, agent: dict[str, Any] | None, job: Job) -> None:
+        """Create the Task's Job, hand the execution lease over to its pod, and supervise it
+        while holding this Task's capacity slot."""
+        started = time.monotonic()
+        logs.bind(executionId=claim.execution_id)
+        try:
+            await self.jobs.start(claim.body, agent, claim.execution_id)
+        finally:
+            # The pod takes the lease under its own name; ours only covered the claim.
+            await claim.lease.release()
+        try:
+            await self.jobs.supervise(claim.body, claim.execution_id, job.wake, job.cancel, started)
+        except JobGone:
+            log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
+            meta = claim.body["metadata"]
+            fresh = await self.client.get("Task", meta["namespace"], meta["name"])
+            if fresh is not None:
+                await self._process(fresh, job)
