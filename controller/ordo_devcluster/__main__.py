@@ -1,4 +1,5 @@
-"""``python -m ordo_devcluster``: run a loopback control plane until Ctrl-C or SIGTERM."""
+"""``python -m ordo_devcluster``: run a loopback control plane until Ctrl-C or SIGTERM;
+``python -m ordo_devcluster node up|down``: a single-node cluster (see nodecli)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["node"]:
+        from ordo_devcluster.nodecli import main as node_main
+
+        return node_main(argv[1:])
     args = _parser().parse_args(argv)
     stop = threading.Event()
 

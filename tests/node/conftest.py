@@ -43,13 +43,20 @@ Fixtures
 ``node_namespace`` (function)
     A fresh namespace (with its ``default`` ServiceAccount) for this test. Deleting it works
     (the namespace controller runs), but tests need not: the cluster goes at session end.
+
+``node_cluster_factory`` (function)
+    ``node_cluster_factory(**kwargs)`` returns a new, not yet started ``NodeCluster`` (same
+    fail/skip rule), for tests that need a node of their own; use it as a context manager.
+    Nodes keep apart (own cgroup root, bridge, addresses, sockets), but each costs about
+    10 s to start and several hundred MB of memory.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,10 +81,10 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
-def new_node_cluster(**kwargs: object) -> NodeCluster:
+def _new_node_cluster(**kwargs: Any) -> NodeCluster:
     """A not-yet-started NodeCluster; fails (CI) or skips (elsewhere) when something is missing."""
     try:
-        return NodeCluster(**kwargs)  # type: ignore[arg-type]
+        return NodeCluster(**kwargs)
     except BinariesNotFoundError as exc:
         if _in_ci():
             pytest.fail(f"node tests need the single-node cluster: {exc}", pytrace=False)
@@ -86,10 +93,15 @@ def new_node_cluster(**kwargs: object) -> NodeCluster:
 
 @pytest.fixture(scope="session")
 def node_cluster() -> Iterator[NodeCluster]:
-    with new_node_cluster(crds=CRDS_DIR) as cluster:
+    with _new_node_cluster(crds=CRDS_DIR) as cluster:
         yield cluster
 
 
 @pytest.fixture
 def node_namespace(node_cluster: NodeCluster) -> str:
     return node_cluster.create_namespace(prefix="node")
+
+
+@pytest.fixture
+def node_cluster_factory() -> Callable[..., NodeCluster]:
+    return _new_node_cluster
