@@ -33,6 +33,7 @@ from tests.support.packaging import (
     MANIFESTS,
     OPERATOR_RULES,
     ROOT,
+    RUNNER_RULES,
     container,
     container_env,
     expand_rules,
@@ -51,9 +52,8 @@ EXAMPLES = ROOT / "examples"
 
 # Kinds and verbs outside the operator's rules, asked in every namespace: all must be denied.
 DENIED_NAMESPACED = [
-    ("", "pods", "get"),
-    ("", "pods", "list"),
     ("", "pods", "create"),
+    ("", "pods", "update"),
     ("", "pods", "delete"),
     ("", "pods/exec", "create"),
     ("", "pods/log", "get"),
@@ -64,7 +64,9 @@ DENIED_NAMESPACED = [
     ("apps", "deployments", "list"),
     ("apps", "deployments", "create"),
     ("apps", "deployments", "patch"),
-    ("batch", "jobs", "create"),
+    ("batch", "jobs", "update"),
+    ("batch", "jobs", "patch"),
+    ("batch", "cronjobs", "create"),
     ("networking.k8s.io", "networkpolicies", "delete"),
     ("events.k8s.io", "events", "delete"),
     ("rbac.authorization.k8s.io", "roles", "create"),
@@ -311,7 +313,7 @@ def install(
     cp: ControlPlane, docs: list[dict[str, Any]], release_namespace: str, tmp: Path
 ) -> Install:
     apply_docs(cp, docs)
-    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    account = one([d for d in docs if _operator(d)], "ServiceAccount")["metadata"]["name"]
     kubeconfig = cp.service_account_kubeconfig(
         release_namespace, account, create=False, path=tmp / f"{release_namespace}-sa.kubeconfig"
     )
@@ -542,8 +544,8 @@ def test_chart_namespaced_install_creates_nothing_cluster_wide(tmp_path: Path) -
         if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
     ]
     assert not cluster_scoped, cluster_scoped
-    roles = {d["metadata"]["namespace"]: d for d in of_kind(docs, "Role")}
-    bindings = {d["metadata"]["namespace"]: d for d in of_kind(docs, "RoleBinding")}
+    roles = {d["metadata"]["namespace"]: d for d in of_kind(docs, "Role") if _operator(d)}
+    bindings = {d["metadata"]["namespace"]: d for d in of_kind(docs, "RoleBinding") if _operator(d)}
     assert set(roles) == set(bindings) == {"team-a", "team-b"}
     for ns, role in roles.items():
         assert expand_rules(role["rules"]) == set(OPERATOR_RULES), ns
@@ -553,6 +555,39 @@ def test_chart_namespaced_install_creates_nothing_cluster_wide(tmp_path: Path) -
     args = container(one(docs, "Deployment"))["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
+
+
+def _operator(doc: dict[str, Any]) -> bool:
+    """The operator's own object (not the Job-mode runner's)."""
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+
+
+def test_chart_creates_the_runner_account_in_each_watched_namespace(tmp_path: Path) -> None:
+    docs = helm_template(
+        tmp_path,
+        values={"watchNamespaces": ["team-a", "team-b"], "jobs": {"secretNames": ["model-key"]}},
+    )
+    runners = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    runners = [d for d in runners if not _operator(d)]
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in runners) == sorted(
+        (k, ns) for k in ("ServiceAccount", "Role", "RoleBinding") for ns in ("team-a", "team-b")
+    )
+    for role in of_kind(runners, "Role"):
+        assert expand_rules(role["rules"]) == set(RUNNER_RULES) | {
+            ("", "secrets[model-key]", "get")
+        }
+    for binding in of_kind(runners, "RoleBinding"):
+        ns = binding["metadata"]["namespace"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "ordo-runner", "namespace": ns}
+        ]
+    # No secretNames: no Secret rule at all (an empty resourceNames would mean every Secret).
+    docs = helm_template(tmp_path, values={"watchNamespaces": ["team-a"]})
+    role = next(d for d in of_kind(docs, "Role") if not _operator(d))
+    assert expand_rules(role["rules"]) == set(RUNNER_RULES)
+    # The operator builds the pods from the chart's own image and the runner account.
+    args = container(one(docs, "Deployment"))["args"]
+    assert "--job-image=ordo:0.1.0" in args and "--job-service-account=ordo-runner" in args
 
 
 def test_chart_peering_adds_only_its_own_peering_object(tmp_path: Path) -> None:
@@ -567,7 +602,8 @@ def test_chart_peering_adds_only_its_own_peering_object(tmp_path: Path) -> None:
         docs = helm_template(tmp_path, values=values)
         plural = kind.lower() + "s"
         peering = one(docs, kind)
-        extra = expand_rules(one(docs, role_kind)["rules"]) - set(OPERATOR_RULES)
+        role = one([d for d in docs if _operator(d)], role_kind)
+        extra = expand_rules(role["rules"]) - set(OPERATOR_RULES)
         name = peering["metadata"]["name"]
         assert extra == {
             ("kopf.dev", plural, "list"),
@@ -677,7 +713,8 @@ def test_namespaced_identity_is_refused_for_real(
         ("get", "secrets", "--all-namespaces"),
         ("get", "secret", "visible-by-name", "-n", namespaced.unwatched),
         ("get", "configmaps", "-n", ns),
-        ("get", "pods", "-n", ns),
+        ("get", "pods", "-n", namespaced.unwatched),
+        ("create", "job", "x", "--image=busybox", "-n", namespaced.unwatched),
         ("get", "tasks", "-n", namespaced.unwatched),
         ("create", "role", "x", "--verb=get", "--resource=secrets", "-n", ns),
         ("create", "token", "ordo", "-n", namespaced.install.release_namespace),

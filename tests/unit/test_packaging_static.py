@@ -23,6 +23,7 @@ from tests.support.packaging import (
     MANIFESTS,
     OPERATOR_RULES,
     ROOT,
+    RUNNER_RULES,
     documents,
     expand_rules,
     one,
@@ -237,6 +238,17 @@ def test_kustomize_base_grants_exactly_the_operator_rules() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "ordo-system"}
     ]
+
+
+def test_kustomize_runner_grants_exactly_the_runner_rules() -> None:
+    docs = documents((MANIFESTS / "runner" / "runner.yaml").read_text())
+    role = one(docs, "Role")
+    assert expand_rules(role["rules"]) == set(RUNNER_RULES)
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    binding = one(docs, "RoleBinding")
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
 
 
 def test_kustomize_deployment_flags_parse_as_ordo_operator() -> None:

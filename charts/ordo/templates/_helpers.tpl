@@ -71,6 +71,10 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 - Events: create (core/v1), ordo's own sanitised Events.
 - Leases: the execution lease ordo-task-<task uid> of each running Task (get, create, update,
   delete), so that only one process executes a Task (coordination.k8s.io).
+- Jobs (batch): the Job ordo-task-<task uid> of a Job-mode Task (create; get and a watch to
+  supervise it; delete to stop it). Pods: get, list, to map a failed pod to a Task reason
+  (OOMKilled, image not present). ConfigMaps also need patch: each checkpoint after the first
+  is a JSON Patch fenced on the execution annotation.
 - With peering: kopf's peering objects (list, watch; get and patch of its own one).
 */}}
 {{- define "ordo.rules" -}}
@@ -88,13 +92,68 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, update, delete]
+  verbs: [get, create, update, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list]
+{{- end -}}
+
+{{/*
+The rules of the runner ServiceAccount that Job-mode pods (`ordo run-task`) use, in one
+namespace: read the ordo objects a Task references (get, list; never watch), write that
+Task's status and finalizer, its checkpoint ConfigMap, execution Lease and Events, and get
+only the Secrets named in jobs.secretNames. Nothing in any other namespace, no Secret list.
+*/}}
+{{- define "ordo.runnerRules" -}}
+- apiGroups: [ordo.dev]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies]
+  verbs: [get, list]
+- apiGroups: [ordo.dev]
+  resources: [tasks]
+  verbs: [patch]
+- apiGroups: [ordo.dev]
+  resources: [tasks/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update, delete]
+{{- with .Values.jobs.secretNames }}
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: {{ toJson . }}
+  verbs: [get]
+{{- end }}
+{{- end -}}
+
+{{- define "ordo.jobImage" -}}
+{{- $img := .Values.jobs.image -}}
+{{- if not $img.repository -}}
+{{- include "ordo.image" . -}}
+{{- else if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Namespaces that get the runner ServiceAccount and Role: jobs.namespaces, else watchNamespaces. */}}
+{{- define "ordo.runnerNamespaces" -}}
+{{- toJson (default .Values.watchNamespaces .Values.jobs.namespaces) -}}
 {{- end -}}
 
 {{- define "ordo.peeringRules" -}}
@@ -116,4 +175,13 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 {{- end -}}
 {{- $_ := set $seen . true -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A resource map as the operator's --job-requests/--job-limits flag: cpu=100m,memory=128Mi. */}}
+{{- define "ordo.quantities" -}}
+{{- $parts := list -}}
+{{- range $k, $v := . -}}
+{{- $parts = append $parts (printf "%s=%v" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
 {{- end -}}
