@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
+import contextlib
 import os
 import re
 import time
@@ -71,6 +73,17 @@ class ManifestStore:
             value = self._environ.get(secret_env_name(name, key))
         return value
 
+    async def secret_keys(self, namespace: str, name: str) -> builtins.list[str] | None:
+        """Key names of the Secret manifest in the set, or None when there is none."""
+        values = self._secrets.get((namespace, name))
+        return None if values is None else sorted(values)
+
+    def secret_hint(self, name: str, key: str) -> str:
+        return (
+            f"under `ordo run`, set {secret_env_name(name, key)} or add a Secret manifest "
+            f"{name!r} with key {key!r}"
+        )
+
 
 @dataclass
 class Progress:
@@ -116,29 +129,54 @@ def _table(rows: Sequence[Progress]) -> Table:
     return table
 
 
+class RunInterrupted(Exception):
+    """`ordo run` was interrupted (Ctrl-C): the Tasks that were still running, and those that
+    had finished, by name."""
+
+    def __init__(self, running: Sequence[str], finished: Sequence[str]) -> None:
+        self.running = list(running)
+        self.finished = list(finished)
+        text = "interrupted; still running: " + (", ".join(self.running) or "none")
+        if self.finished:
+            text += "; finished: " + ", ".join(self.finished)
+        super().__init__(text)
+
+
 async def run_tasks(
     mset: ManifestSet, *, console: Console | None = None, environ: dict[str, str] | None = None
 ) -> list[tuple[Task, TaskOutcome]]:
-    """Run every Task of the set concurrently; the live view goes to `console` if given."""
+    """Run every Task of the set concurrently; the live view goes to `console` if given.
+    Cancelled (Ctrl-C under `asyncio.run`), it stops every run and raises RunInterrupted."""
     store = ManifestStore(mset, environ)
     tasks = [obj for _, obj in mset.objects if isinstance(obj, Task)]
     views = [Progress(t.name, t.spec.agent_ref) for t in tasks]
+    finished: set[str] = set()
 
     async def one(task: Task, view: Progress) -> TaskOutcome:
         outcome = await execute(task, store, listeners=[view])
         view.phase, view.last = outcome.phase, outcome.reason
+        finished.add(task.name)
         return outcome
 
-    if console is None:
-        outcomes = await asyncio.gather(*(one(t, v) for t, v in zip(tasks, views, strict=True)))
-    else:
-        with Live(_table(views), console=console, refresh_per_second=8, transient=False) as live:
-            jobs = asyncio.gather(*(one(t, v) for t, v in zip(tasks, views, strict=True)))
-            while not jobs.done():
-                live.update(_table(views))
-                await asyncio.sleep(0.1)
+    jobs = asyncio.gather(*(one(t, v) for t, v in zip(tasks, views, strict=True)))
+    try:
+        if console is None:
             outcomes = await jobs
-            live.update(_table(views))
+        else:
+            with Live(
+                _table(views), console=console, refresh_per_second=8, transient=False
+            ) as live:
+                while not jobs.done():
+                    live.update(_table(views))
+                    await asyncio.sleep(0.1)
+                outcomes = await jobs
+                live.update(_table(views))
+    except asyncio.CancelledError:
+        jobs.cancel()
+        with contextlib.suppress(BaseException):
+            await jobs
+        running = [t.name for t in tasks if t.name not in finished]
+        raise RunInterrupted(running, [t.name for t in tasks if t.name in finished]) from None
     return list(zip(tasks, outcomes, strict=True))
 
 

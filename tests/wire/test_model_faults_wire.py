@@ -430,7 +430,7 @@ async def test_anthropic_body_nested_100000_deep_is_model_error_not_raised() -> 
     out = await run("anthropic", [{"body": body}, text("never")])
     assert reason(out) == ("ModelError", 1)
     assert "unreadable response (RecursionError)" in out.result.message
-    assert "ModelEndpoint wire/model (anthropic)" in out.result.message
+    assert "ModelEndpoint wire/model (anthropic, host 127.0.0.1:" in out.result.message
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -42,6 +42,41 @@ class SchemaError(Exception):
     """The model cannot be expressed as a structural schema."""
 
 
+_BLOCK_STARTS = ("- ", "* ", "| ", "```")
+
+
+def flow(text: str) -> str:
+    """A docstring as a CRD description: the lines of a paragraph joined into one (kubectl
+    explain and editors wrap text themselves, so a hard break shows as a ragged line),
+    paragraphs kept apart by a blank line, list items and table rows kept on their own line."""
+    paragraphs = []
+    for block in text.strip().split("\n\n"):
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        out: list[str] = []
+        for line in lines:
+            if out and not line.startswith(_BLOCK_STARTS):
+                out[-1] += " " + line
+            else:
+                out.append(line)
+        if out:
+            paragraphs.append("\n".join(out))
+    return "\n\n".join(paragraphs)
+
+
+def _with_default(description: str, default: Any) -> str:
+    """The description ending with the default, as `kubectl explain` users look for it."""
+    if isinstance(default, bool):
+        shown = "true" if default else "false"
+    elif isinstance(default, int | float | str) and str(default) != "":
+        shown = str(default)
+    else:
+        return description
+    if "default:" in description.lower() or "(default" in description.lower():
+        return description  # the text already says it
+    sep = " " if description.endswith((".", ")")) or not description else ". "
+    return f"{description}{sep}Default: {shown}.".strip()
+
+
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in node:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
@@ -76,7 +111,9 @@ def structural(
             continue
         if key == "default" and (value is None or in_status):
             continue
-        out[key] = value
+        out[key] = flow(value) if key == "description" and isinstance(value, str) else value
+    if "default" in out:
+        out["description"] = _with_default(out.get("description", ""), out["default"])
     if "properties" in node:
         out["type"] = "object"
         out["properties"] = {
@@ -115,7 +152,7 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
         metadata["properties"] = {name: {"type": "string"} for name in named}
     root: dict[str, Any] = {
         "type": "object",
-        "description": (info.model.__doc__ or "").strip(),
+        "description": flow(info.model.__doc__ or ""),
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "description": "ordo.dev/v1alpha1"},

@@ -409,8 +409,9 @@ def load(paths: Iterable[str]) -> ManifestSet:
 
 
 def check_duplicates(mset: ManifestSet) -> list[Problem]:
-    """Two documents that define the same kind/namespace/name: an error naming both (which
-    one would win depends on file order). The same object twice, identical, is a warning."""
+    """Two documents that define the same kind/namespace/name differently: an error naming
+    both (which one would win depends on file order). The same object twice, identical, is
+    harmless (example folders share objects) and not reported."""
     first: dict[tuple[str, str, str], tuple[Document, Any]] = {}
     entries: list[tuple[tuple[str, str, str], Document, Any]] = [
         ((obj.kind, obj.namespace, obj.name), doc, obj.to_dict()) for doc, obj in mset.objects
@@ -421,31 +422,19 @@ def check_duplicates(mset: ManifestSet) -> list[Problem]:
         entries.append((("Secret", str(ns), doc.name), doc, doc.body))
     problems = []
     for key, doc, body in entries:
-        seen = first.get(key)
-        if seen is None:
-            first[key] = (doc, body)
-            continue
+        seen = first.setdefault(key, (doc, body))
         other, other_body = seen
+        if other is doc or body == other_body:
+            continue
         kind, ns, name = key
-        where = f"{other.source}[{other.index}]"
-        if body == other_body:
-            problems.append(
-                Problem(
-                    doc,
-                    "metadata.name",
-                    f"{kind} {ns}/{name} is also defined, identically, in {where}",
-                    severity="warning",
-                )
+        problems.append(
+            Problem(
+                doc,
+                "metadata.name",
+                f"{kind} {ns}/{name} is defined twice, differently: here and in "
+                f"{other.source}[{other.index}]; keep one",
             )
-        else:
-            problems.append(
-                Problem(
-                    doc,
-                    "metadata.name",
-                    f"{kind} {ns}/{name} is defined twice, differently: here and in {where}; "
-                    "keep one",
-                )
-            )
+        )
     return problems
 
 

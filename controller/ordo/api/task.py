@@ -74,7 +74,9 @@ class TaskSpec(OrdoModel):
     agent_ref: Name
     """The Agent to run."""
     input: JsonValue | None = None
-    """The user input: a string or a JSON object."""
+    """String or object: the user input, as text or as a JSON object (the schema cannot say
+    both, so `kubectl explain` shows `<Object>`). Edits after creation are accepted but have
+    no effect: a run uses the input it read when it claimed the Task."""
     instructions: Annotated[str, Field(max_length=65536)] | None = None
     """Extra instructions appended to the user message."""
     skill: Annotated[str, Field(min_length=1, max_length=63)] | None = None
@@ -154,6 +156,9 @@ class ToolCallRecord(OrdoModel):
     """What happened after the decision."""
     call_id: Annotated[str, Field(max_length=256)] | None = None
     """The provider's call id."""
+    error: Annotated[str, Field(max_length=128)] | None = None
+    """Why an allowed call failed: the kind only, e.g. `HTTPStatus 503`, `ConnectError`,
+    `Timeout` (never a URL, arguments or the response)."""
 
 
 class TaskStatus(OrdoModel):

@@ -43,7 +43,7 @@ from .jsontext import MAX_JSON_DEPTH, value_depth
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
-from .tooling import ToolBinding, ToolFailure
+from .tooling import ToolBinding, ToolFailure, failure_cause
 from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
 
 
@@ -293,6 +293,7 @@ async def _execute(
         await emit(Checkpoint(state))
     started = time.monotonic()
     arguments = call.arguments or {}
+    cause: str | None = None
     try:
         if binding.timeout:
             async with asyncio.timeout(binding.timeout):
@@ -300,23 +301,25 @@ async def _execute(
         else:
             out = await binding.executor(arguments)
         outcome = "error" if out.is_error else "succeeded"
+        if out.is_error:
+            cause = out.cause or "ToolError"
         result = ToolResult(call.id, call.name, out.content, out.is_error)
     except ToolFailure as exc:
-        outcome = "error"
+        outcome, cause = "error", failure_cause(exc)
         result = ToolResult(call.id, call.name, f"error: {exc}", True)
     except TimeoutError:  # the tool's own timeout; the run deadline arrives as cancellation
-        outcome = "error"
+        outcome, cause = "error", "Timeout"
         result = ToolResult(
             call.id, call.name, f"error: the tool did not answer within {binding.timeout:g}s", True
         )
     except Exception as exc:  # an executor bug must not crash the run; name the type only
-        outcome = "error"
+        outcome, cause = "error", failure_cause(exc)
         result = ToolResult(
             call.id, call.name, f"error: the tool failed ({type(exc).__name__})", True
         )
     await emit(ToolFinished(state.step, call.name, outcome, time.monotonic() - started))
     record = ToolCallRecord(
-        state.step, call.name, "allowed", screened.record.reason, outcome, call.id
+        state.step, call.name, "allowed", screened.record.reason, outcome, call.id, cause
     )
     return record, result
 

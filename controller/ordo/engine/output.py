@@ -131,6 +131,16 @@ def parse(
         else:
             detail = str(rule)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        if rule == "required" and isinstance(expected, list) and isinstance(err.instance, dict):
+            # Name the field that is missing, not the whole `required` list; the names come
+            # from the schema, never from the answer.
+            missing = [k for k in expected if isinstance(k, str) and k not in err.instance]
+            if missing:  # one error per missing field: `more` counts the others
+                raise InvalidOutput(
+                    "the answer does not match the output schema at "
+                    f"{_path(err.absolute_path, _declared_names(schema))}: missing required "
+                    f"field {missing[0]!r}{more}"
+                )
         raise InvalidOutput(
             f"the answer does not match the output schema at {_path(err.absolute_path, _declared_names(schema))}: failed {detail}{more}"
         )

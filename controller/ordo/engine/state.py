@@ -41,6 +41,8 @@ class ToolCallRecord:
     reason: str
     outcome: str | None = None
     call_id: str | None = None
+    error: str | None = None
+    """Why an allowed call failed, sanitised (`HTTPStatus 503`, `ConnectError`, `Timeout`)."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -53,6 +55,8 @@ class ToolCallRecord:
             d["outcome"] = self.outcome
         if self.call_id:
             d["callId"] = self.call_id
+        if self.error:
+            d["error"] = self.error
         return d
 
     @classmethod
@@ -64,6 +68,7 @@ class ToolCallRecord:
             d.get("reason", ""),
             d.get("outcome"),
             d.get("callId"),
+            d.get("error"),
         )
 
 

@@ -8,15 +8,48 @@ from typing import Any, Protocol
 from ..api import Tool
 from ..errors import ToolFailure
 
-__all__ = ["ResolvedTool", "ToolBinding", "ToolExecutor", "ToolFailure", "ToolOutput"]
+__all__ = [
+    "MAX_CAUSE_CHARS",
+    "ResolvedTool",
+    "ToolBinding",
+    "ToolCallFailed",
+    "ToolExecutor",
+    "ToolFailure",
+    "ToolOutput",
+    "failure_cause",
+]
+
+MAX_CAUSE_CHARS = 128
+"""`status.toolCalls[].error` is at most this long (the CRD's maxLength)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
-    """A tool's answer as text for the model. `is_error` marks a failure the model should see."""
+    """A tool's answer as text for the model. `is_error` marks a failure the model should see;
+    `cause` is its sanitised kind for the audit trail (e.g. `MCP isError`), never content."""
 
     content: str
     is_error: bool = False
+    cause: str | None = None
+
+
+class ToolCallFailed(ToolFailure):
+    """A ToolFailure that names its cause for the audit trail (`status.toolCalls[].error`,
+    the `ToolFailed` Event, the log line): an exception class and an HTTP status at most,
+    such as `HTTPStatus 503`, `ConnectError` or `Timeout`; never a URL, header or body."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause[:MAX_CAUSE_CHARS]
+
+
+def failure_cause(exc: BaseException) -> str:
+    """The sanitised cause of a failed call: the executor's own, else the exception type."""
+    if isinstance(exc, ToolCallFailed):
+        return exc.cause
+    if isinstance(exc, TimeoutError):
+        return "Timeout"
+    return type(exc).__name__[:MAX_CAUSE_CHARS]
 
 
 class ToolExecutor(Protocol):

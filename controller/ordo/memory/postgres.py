@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from ..engine.tooling import ToolFailure
 from ..errors import MemoryBackendError
@@ -47,6 +48,19 @@ def _like_prefix(prefix: str) -> str:
     return escaped + "%"
 
 
+def postgres_host(url: str) -> str:
+    """`host:port` of a connection URL or conninfo string (never the user or password)."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(unparseable spec.url)"
+    host = str(info.get("host") or "localhost")
+    port = str(info.get("port") or 5432)
+    if host.startswith("/"):
+        return f"unix socket {host}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class PostgresBackend:
     """Memory in PostgreSQL, scoped to one prefix."""
 
@@ -59,22 +73,30 @@ class PostgresBackend:
         self._prefix = prefix
 
     @staticmethod
-    async def _open(url: str, password: str | None) -> psycopg.AsyncConnection[Any]:
+    async def _open(
+        url: str, password: str | None, owner: str | None = None
+    ) -> psycopg.AsyncConnection[Any]:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
         if password:
             kwargs["password"] = password
         try:
             return await psycopg.AsyncConnection.connect(url, **kwargs)
         except psycopg.Error as exc:
+            who = f"{owner}: " if owner else ""
             raise MemoryBackendError(
-                f"cannot connect to the postgres memory backend ({type(exc).__name__})"
+                f"{who}cannot connect to the postgres memory backend at {postgres_host(url)} "
+                f"({type(exc).__name__}); check spec.url and that the server is reachable"
             ) from None
 
     @classmethod
-    async def connect(cls, url: str, password: str | None, prefix: str) -> PostgresBackend:
+    async def connect(
+        cls, url: str, password: str | None, prefix: str, *, owner: str | None = None
+    ) -> PostgresBackend:
+        """Connect and create the table. `owner` (e.g. "Memory 'notes'") prefixes a
+        connection error, which names the host:port and never the password."""
         if not url:
             raise ValueError("a postgres Memory needs spec.url")
-        conn = await cls._open(url, password)
+        conn = await cls._open(url, password, owner)
         try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))

@@ -16,6 +16,7 @@ as error tool results naming the error kind only.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -50,6 +51,19 @@ def _score(key: str, value: str, terms: set[str]) -> int:
     return sum(tokens.count(t) for t in terms)
 
 
+def redis_host(url: str) -> str:
+    """`host:port` of a redis URL (no user, password or database), or the socket path."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix socket {parts.path}"
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = 6379
+    host = parts.hostname or "localhost"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class RedisBackend:
     """Memory in Redis, scoped to one prefix."""
 
@@ -59,7 +73,11 @@ class RedisBackend:
         self._write = client.register_script(_WRITE)
 
     @classmethod
-    async def connect(cls, url: str, password: str | None, prefix: str) -> RedisBackend:
+    async def connect(
+        cls, url: str, password: str | None, prefix: str, *, owner: str | None = None
+    ) -> RedisBackend:
+        """Connect and ping. `owner` (e.g. "Memory 'notes'") prefixes a connection error,
+        which names the host:port and never the password."""
         if not url:
             raise ValueError("a redis Memory needs spec.url")
         kwargs: dict[str, Any] = {
@@ -76,8 +94,10 @@ class RedisBackend:
             await client.ping()
         except RedisError as exc:
             await client.aclose()
+            who = f"{owner}: " if owner else ""
             raise MemoryBackendError(
-                f"cannot connect to the redis memory backend ({type(exc).__name__})"
+                f"{who}cannot connect to the redis memory backend at {redis_host(url)} "
+                f"({type(exc).__name__}); check spec.url and that the server is reachable"
             ) from None
         return cls(client, prefix)
 

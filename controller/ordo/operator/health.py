@@ -4,6 +4,7 @@ operator's event loop)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 
 from aiohttp import web
@@ -11,6 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .kube import KubeClient
 from .metrics import Metrics
+
+
+class PortInUse(OSError):
+    """A port the operator must serve is taken: the message names the flag that sets it."""
 
 
 class HealthServer:
@@ -58,6 +63,11 @@ class HealthServer:
     async def start(self) -> None:
         health_port, metrics_port = self._ports
         routes: dict[int, list[web.RouteDef]] = {}
+        flags: dict[int, str] = {}
+        if metrics_port is not None:
+            flags[metrics_port] = "--metrics-port"
+        if health_port is not None:
+            flags[health_port] = "--health-port"
         if health_port is not None:
             routes.setdefault(health_port, []).extend(
                 [web.get("/healthz", self._healthz), web.get("/readyz", self._readyz)]
@@ -69,10 +79,22 @@ class HealthServer:
             app.add_routes(defs)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, self._host, port).start()
             self._runners.append(runner)
+            try:
+                await web.TCPSite(runner, self._host, port).start()
+            except OSError as exc:
+                await self.stop()
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortInUse(
+                        f"{flags[port]} {port} is in use on {self._host}: another process "
+                        f"listens there; choose a free port with {flags[port]} (0 disables it)",
+                    ) from None
+                raise PortInUse(
+                    f"{flags[port]} {port}: cannot listen on {self._host} ({exc.strerror})",
+                ) from None
 
     async def stop(self) -> None:
-        for runner in self._runners:
+        runners, self._runners = self._runners, []
+        for runner in runners:
             with contextlib.suppress(Exception):
                 await runner.cleanup()

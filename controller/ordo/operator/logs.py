@@ -44,13 +44,36 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if not text or any(c.isspace() or c in '"=' for c in text):
+        return json.dumps(text)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    """`--log-format text`: one readable line, then the same fields the JSON lines carry
+    (context first: namespace, task, agent, executionId, step; then the event's own) as
+    `key=value`, quoted when needed."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)  # before the traceback, if any
+        fields: dict[str, Any] = dict(CONTEXT.get() or {})
+        extra = getattr(record, "ordo", None)
+        if isinstance(extra, dict):
+            fields.update(extra)
+        ordered = [k for k in _FIELDS if k in fields] + [k for k in fields if k not in _FIELDS]
+        if ordered:
+            line += " " + " ".join(f"{k}={_text_value(fields[k])}" for k in ordered)
+        return line
+
+
 def configure(fmt: str = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter()
-        if fmt == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-    )
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -19,6 +19,7 @@ from ..engine.events import (
     ToolDecided,
     ToolFinished,
 )
+from ..engine.state import ToolCallRecord
 from ..runtime import Snapshot, TaskOutcome
 from ..runtime import status as status_mod
 from . import logs
@@ -48,6 +49,36 @@ def terminal_conditions(
     if not succeeded:
         out = set_condition(out, "Stalled", "True", reason, message)
     return out
+
+
+UNKNOWN_AGENT = "(unknown)"
+"""The `agent` label of a Task whose agentRef names no Agent: the label only takes names of
+Agents that exist, so a stream of Tasks with made-up agentRefs cannot grow the series."""
+
+
+def agent_label(agent_ref: str, outcome: TaskOutcome) -> str:
+    """The metric label of a finished Task's agent."""
+    if outcome.snapshot is not None:
+        return outcome.snapshot.agent.name
+    if outcome.reason in _AGENT_WAS_READ and agent_ref:
+        return agent_ref
+    return UNKNOWN_AGENT  # the Agent was never read: its name is not known to exist
+
+
+_AGENT_WAS_READ = frozenset(
+    {
+        "ModelEndpointNotFound",
+        "ToolNotFound",
+        "SecretNotFound",
+        "MemoryNotFound",
+        "PolicyUnavailable",
+        "ModelNotAllowed",
+        "AgentSuspended",
+        "GuardrailMissing",
+    }
+)
+"""Reasons a run ends with before its snapshot exists but after its Agent was read (the
+Agent is resolved first): the agentRef names an existing Agent."""
 
 
 class TaskWriter:
@@ -100,7 +131,7 @@ class TaskWriter:
             f"{outcome.reason}: {status.message or ''}",
             warning=outcome.phase == "Failed",
         )
-        label = agent
+        label = agent_label(agent, outcome)
         self.metrics.tasks.labels(ns, label, outcome.phase, outcome.reason).inc()
         if started is not None:
             self.metrics.task_duration.labels(ns, label).observe(time.monotonic() - started)
@@ -148,9 +179,16 @@ class TaskWriter:
                     raise
 
 
+def failed_calls(event: StepFinished) -> list[ToolCallRecord]:
+    """The calls of the step just finished that ran and failed (they carry a cause)."""
+    step = event.state.step
+    return [r for r in event.state.records if r.step == step and r.error]
+
+
 class ProgressWriter:
     """A run listener: patches a bounded progress summary after each completed step (fenced
-    by the executionId), and posts a Warning Event for each denied tool call."""
+    by the executionId), and posts a Warning Event for each denied tool call and each failed
+    one (`ToolFailed`: tool, step and the sanitised cause)."""
 
     def __init__(
         self, writer: TaskWriter, body: dict[str, Any], snapshot: Snapshot, execution_id: str
@@ -162,9 +200,28 @@ class ProgressWriter:
         meta = body["metadata"]
         self._ns, self._name = meta["namespace"], meta["name"]
         self._first = True
+        self._reported: set[tuple[int, str | None, str]] = set()
+
+    async def _tool_failures(self, event: StepFinished) -> None:
+        for r in failed_calls(event):
+            key = (r.step, r.call_id, r.tool)
+            if key in self._reported:
+                continue
+            self._reported.add(key)
+            await self._w.recorder.post(
+                self._body,
+                "ToolFailed",
+                status_mod.cap(
+                    f"tool {status_mod.capped_name(r.tool)} failed at step {r.step}: "
+                    f"{status_mod.cap(r.error or '', 128)}",
+                    1024,
+                ),
+                warning=True,
+            )
 
     async def __call__(self, event: Event) -> None:
         if isinstance(event, StepFinished):
+            await self._tool_failures(event)
             patch = status_mod.to_patch(status_mod.progress(event.state))
             if self._first:
                 patch["snapshotHash"] = self._snapshot.content_hash
@@ -232,6 +289,18 @@ async def log_events(event: Event) -> None:
             "tool finished",
             extra={"ordo": {"tool": status_mod.capped_name(event.tool), "outcome": event.outcome}},
         )
+    elif isinstance(event, StepFinished):
+        for r in failed_calls(event):
+            log.warning(
+                "tool failed",
+                extra={
+                    "ordo": {
+                        "tool": status_mod.capped_name(r.tool),
+                        "step": r.step,
+                        "cause": status_mod.cap(r.error or "", 128),
+                    }
+                },
+            )
     elif isinstance(event, RunFinished):
         log.info(
             "run finished",

@@ -35,11 +35,41 @@ UNREADABLE = (ValueError, RecursionError, TypeError, AttributeError, KeyError, I
 """Exceptions that mean the answer could not be read as the protocol says."""
 
 
+DEFAULT_HOSTS = {
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+    "ollama": "localhost:11434",
+}
+"""The host each provider calls when `spec.baseUrl` is unset (as the adapters default it)."""
+
+
+def endpoint_host(endpoint: ModelEndpoint) -> str | None:
+    """`host[:port]` of the URL the endpoint calls: no scheme, user, path or query (a URL may
+    carry a key in any of those)."""
+    url = endpoint.spec.base_url
+    if not url:
+        return DEFAULT_HOSTS.get(endpoint.spec.provider)
+    try:
+        parsed = httpx.URL(url)
+        host = parsed.host
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if not host:
+        return None
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return f"{host}:{port}" if port else host
+
+
 def endpoint_label(endpoint: ModelEndpoint) -> str:
-    """How messages name an endpoint: the object, never its URL (which may carry a key)."""
+    """How messages name an endpoint: the object and the host it calls, never the whole URL
+    (which may carry a key)."""
     meta = endpoint.metadata
     name = f"{meta.namespace}/{meta.name}" if meta.namespace else str(meta.name)
-    return f"ModelEndpoint {name} ({endpoint.spec.provider})"
+    host = endpoint_host(endpoint) if endpoint.spec.provider != "mock" else None
+    where = f", host {host}" if host else ""
+    return f"ModelEndpoint {name} ({endpoint.spec.provider}{where})"
 
 
 def _loaded_sdks() -> list[Any]:

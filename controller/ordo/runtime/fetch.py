@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from ..api import Resource
 from ..api.task import Reason
 from ..errors import ResolutionError, StoreError, validation_problem
-from .store import ObjectStore
+from .store import DescribesSecrets, ObjectStore
 
 R = TypeVar("R", bound=Resource)
 
@@ -38,16 +38,41 @@ async def get(
     return parse(model, body, what)
 
 
+MAX_LISTED_KEYS = 20
+
+
 async def secret(store: ObjectStore, namespace: str, name: str, key: str, owner: str) -> str:
-    """The value of a Secret key, or SecretNotFound naming the Secret, the key and the owner."""
+    """The value of a Secret key, or SecretNotFound naming the Secret, the key and the owner,
+    saying whether the Secret or only the key is missing (listing the keys it has: names,
+    never values) and, where the store knows one, how to provide it."""
     try:
         value = await store.secret_value(namespace, name, key)
     except StoreError as exc:
         raise ResolutionError(
             "SecretNotFound", f"Secret {name!r} for {owner} could not be read: {exc}"
         ) from None
-    if value is None:
-        raise ResolutionError(
-            "SecretNotFound", f"Secret {name!r} key {key!r} for {owner} does not exist"
-        )
-    return value
+    if value is not None:
+        return value
+    message = f"Secret {name!r} key {key!r} for {owner} does not exist"
+    if isinstance(store, DescribesSecrets):
+        try:
+            keys = await store.secret_keys(namespace, name)
+        except StoreError:
+            keys = [""]  # cannot tell which: keep the plain message
+        if keys is None:
+            message = (
+                f"Secret {name!r} (key {key!r}) for {owner} does not exist in namespace "
+                f"{namespace!r}"
+            )
+        elif keys != [""]:
+            listed = ", ".join(sorted(keys)[:MAX_LISTED_KEYS]) or "none"
+            if len(keys) > MAX_LISTED_KEYS:
+                listed += ", ..."
+            message = (
+                f"Secret {name!r} for {owner} has no key {key!r} (its keys: {listed}); "
+                "check secretRef.key"
+            )
+        hint = store.secret_hint(name, key)
+        if hint:
+            message = f"{message}; {hint}"
+    raise ResolutionError("SecretNotFound", message)

@@ -70,6 +70,7 @@ def record_model(record: EngineRecord) -> ToolCallRecord:
         reason=cap(record.reason, MAX_RECORD_REASON_CHARS) if record.reason else None,
         outcome=cast(ToolOutcome, record.outcome) if record.outcome else None,
         call_id=cap(record.call_id, MAX_CALL_ID_CHARS) if record.call_id else None,
+        error=cap(record.error, 128) if record.error else None,  # the CRD maxLength
     )
 
 

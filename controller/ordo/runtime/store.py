@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import StoreError
 
-__all__ = ["ObjectStore", "StoreError"]
+__all__ = ["DescribesSecrets", "ObjectStore", "StoreError"]
 
 
 class ObjectStore(Protocol):
@@ -21,4 +21,19 @@ class ObjectStore(Protocol):
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         """The decoded value of a Secret key, or None if the Secret or key is missing."""
+        ...
+
+
+@runtime_checkable
+class DescribesSecrets(Protocol):
+    """Optional: a store that can say more when a Secret key is missing, so the error tells
+    "Secret missing" from "key missing" and what to do (`ordo run`: an environment variable)."""
+
+    async def secret_keys(self, namespace: str, name: str) -> list[str] | None:
+        """The names (never the values) of the Secret's keys, or None if it does not exist.
+        Raises StoreError."""
+        ...
+
+    def secret_hint(self, name: str, key: str) -> str:
+        """One sentence on how to provide the value in this front end ("" when none)."""
         ...

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from ..api import parse_duration
-from ..engine.tooling import ResolvedTool, ToolFailure, ToolOutput
+from ..engine.tooling import ResolvedTool, ToolCallFailed, ToolOutput
 from ..tls import shared_ssl_context
 from . import netguard
 
@@ -109,9 +109,11 @@ class HttpToolExecutor:
                 host, url.port or (443 if url.scheme == "https" else 80)
             )
         except netguard.BlockedDestination as exc:
-            raise ToolFailure(f"refused: {exc}") from None
+            raise ToolCallFailed(f"refused: {exc}", cause="BlockedDestination") from None
         except OSError:
-            raise ToolFailure("the tool's host name did not resolve") from None
+            raise ToolCallFailed(
+                "the tool's host name did not resolve", cause="NameResolution"
+            ) from None
         return [url.copy_with(host=str(address)) for address in destination.addresses]
 
     async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
@@ -151,14 +153,20 @@ class HttpToolExecutor:
                     break
                 try:
                     if not response.is_success:
-                        raise ToolFailure(f"the tool endpoint answered HTTP {response.status_code}")
+                        raise ToolCallFailed(
+                            f"the tool endpoint answered HTTP {response.status_code}",
+                            cause=f"HTTPStatus {response.status_code}",
+                        )
                     text = await read_capped(response)
                 finally:
                     await response.aclose()
-        except httpx.TimeoutException:
-            raise ToolFailure(
-                f"the tool endpoint did not answer within {self._timeout:g}s"
+        except httpx.TimeoutException as exc:
+            raise ToolCallFailed(
+                f"the tool endpoint did not answer within {self._timeout:g}s",
+                cause=f"Timeout ({type(exc).__name__})",
             ) from None
         except httpx.HTTPError as exc:
-            raise ToolFailure(f"the request failed ({type(exc).__name__})") from None
+            raise ToolCallFailed(
+                f"the request failed ({type(exc).__name__})", cause=type(exc).__name__
+            ) from None
         return ToolOutput(text)

@@ -30,12 +30,25 @@ from mcp.client.streamable_http import streamable_http_client
 
 from ..api import parse_duration
 from ..api.jsonschemas import check_schema
-from ..engine.tooling import ResolvedTool, ToolFailure, ToolOutput
+from ..engine.tooling import ResolvedTool, ToolCallFailed, ToolFailure, ToolOutput, failure_cause
 from ..errors import InvalidSchema
 from . import netguard
 from .http import MAX_RESPONSE_BYTES, TRUNCATED_NOTE
 
 MAX_PAGES = 50
+
+
+def server_host(url: str) -> str:
+    """`host[:port]` of an MCP server URL: no user, path or query (they may carry a key)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port}" if port else host
 
 
 class McpToolNotFound(LookupError):
@@ -80,6 +93,8 @@ class McpToolExecutor:
             raise ValueError(f"Tool {resolved.tool.name!r} has no spec.mcp")
         self._url = spec.mcp.url
         self.tool_name = spec.mcp.tool_name or resolved.tool.name
+        self.where = f"Tool {resolved.tool.name!r} (MCP server {server_host(self._url)})"
+        """How setup errors name the tool: the object and the server's host, never the URL."""
         self._headers = dict(spec.mcp.headers or {})
         if resolved.secret is not None:
             self._headers["Authorization"] = f"Bearer {resolved.secret}"
@@ -93,9 +108,12 @@ class McpToolExecutor:
                 parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
             )
         except netguard.BlockedDestination as exc:
-            raise ToolFailure(f"refused: {exc}") from None
+            raise ToolCallFailed(f"refused: {exc}", cause="BlockedDestination") from None
         except OSError:
-            raise ToolFailure("the MCP server's host name did not resolve") from None
+            raise ToolCallFailed(
+                f"the MCP server's host name {parts.hostname!r} did not resolve",
+                cause="NameResolution",
+            ) from None
         http = httpx2.AsyncClient(
             headers=self._headers,
             timeout=httpx2.Timeout(self._timeout),
@@ -128,11 +146,14 @@ class McpToolExecutor:
                     cursor = page.next_cursor
                     if found is not None or not cursor:
                         break
-        except ToolFailure:
-            raise
+        except ToolFailure as exc:
+            raise ToolCallFailed(f"{self.where}: {exc.message}", cause=failure_cause(exc)) from None
         except Exception as exc:
-            raise ToolFailure(
-                f"listing the MCP server's tools failed ({type(_innermost(exc)).__name__})"
+            kind = type(_innermost(exc)).__name__
+            raise ToolCallFailed(
+                f"{self.where}: listing the MCP server's tools failed ({kind}); check that "
+                "spec.mcp.url points at a running MCP server (streamable HTTP)",
+                cause=kind,
             ) from None
         if found is not None:
             # Checked outside the session (an error raised inside it comes out wrapped), and
@@ -168,5 +189,8 @@ class McpToolExecutor:
                 raise inner from None
             code = getattr(inner, "code", None)
             detail = type(inner).__name__ + (f" {code}" if isinstance(code, int) else "")
-            raise ToolFailure(f"the MCP call failed ({detail})") from None
-        return ToolOutput(result_text(result), is_error=bool(result.is_error))
+            raise ToolCallFailed(f"the MCP call failed ({detail})", cause=detail) from None
+        is_error = bool(result.is_error)
+        return ToolOutput(
+            result_text(result), is_error=is_error, cause="MCP isError" if is_error else None
+        )
