@@ -15,7 +15,7 @@ from rich.console import Console
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .api import Task, manifests
-    from .local import run_tasks, task_document
+    from .local import RunInterrupted, run_tasks, task_document
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
@@ -37,7 +37,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         err.print("[red]error:[/] no Task in the given manifests: nothing to run")
         return 1
     live = None if args.quiet else err
-    results = asyncio.run(run_tasks(mset, console=live))
+    try:
+        results = asyncio.run(run_tasks(mset, console=live))
+    except RunInterrupted as exc:
+        err.print(str(exc), style="yellow", markup=False)
+        return 130
     docs = [task_document(task, outcome) for task, outcome in results]
     if args.output == "json":
         json.dump(docs if len(docs) > 1 else docs[0], sys.stdout, indent=2)
@@ -53,7 +57,8 @@ def register(sub: Any) -> None:
     run.add_argument(
         "-f",
         "--filename",
-        action="append",
+        action="extend",
+        nargs="+",
         required=True,
         metavar="PATH",
         help="file, folder or '-'",

@@ -13,7 +13,7 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
-from .health import HealthServer
+from .health import HealthServer, PortInUse
 from .jobs import COMPONENT, MANAGED_BY, JobSettings
 from .kube import KubeClient, login
 from .metrics import Metrics
@@ -114,7 +114,11 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     STATE.readiness = ReadinessReconciler(STATE.client)
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
     STATE.health.namespaces = list(cfg.namespaces)
-    await STATE.health.start()
+    try:
+        await STATE.health.start()
+    except PortInUse as exc:  # exit, not kopf's endless retry of a startup handler
+        log.error("cannot start: %s", exc)
+        raise SystemExit(2) from None
     STATE.resync = asyncio.create_task(_resync_loop(STATE, cfg.resync_seconds))
     log.info("operator started", extra={"ordo": {"maxConcurrentTasks": cfg.max_concurrent_tasks}})
 

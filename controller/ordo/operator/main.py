@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peering",
         metavar="NAME",
-        help="kopf peering object for an active/standby pair (default: standalone)",
+        help="kopf peering object (ClusterKopfPeering, or KopfPeering per namespace): a guard "
+        "against a second operator on the same scope, whose equal-priority peers all pause "
+        "until one is left; not an active/standby pair (default: standalone, no peering)",
     )
     parser.add_argument(
         "--keep-checkpoints",

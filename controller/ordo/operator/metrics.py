@@ -3,7 +3,7 @@ task names, ids or content."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from ..engine.events import (
     Event,
@@ -16,6 +16,8 @@ from ..engine.events import (
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # No `_created` series (process-global): they double the series and nothing reads them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.tasks = Counter(
