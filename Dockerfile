@@ -16,12 +16,21 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/ordo
+# Left unset, pip installs from PyPI. scripts/build-image (podman, no Docker) downloads the
+# wheels on the host instead, where pip's index, proxy and CA settings live, mounts them at
+# /wheels and sets PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels: the build itself needs no network.
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
+# `python3`, not `python`: a Debian python3 base (scripts/build-image) has no `python`.
+RUN python3 -m venv /opt/ordo
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY controller ./controller
 # The redis and postgres extras: the client libraries of those Memory backends.
+# pip and setuptools leave the virtualenv once ordo is in it: the runtime stage gets no
+# installer.
 RUN /opt/ordo/bin/pip install ".[redis,postgres]" \
+ && /opt/ordo/bin/pip uninstall --yes --quiet pip setuptools \
  && /opt/ordo/bin/python -m compileall -q /opt/ordo/lib \
  && /opt/ordo/bin/ordo --version
 
