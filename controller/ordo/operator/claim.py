@@ -108,10 +108,14 @@ class Claimer:
                     status.get("phase") == "Running" and not resuming
                 ):
                     return None  # someone else claimed or finished it meanwhile
-                if lease is None:
-                    lease = self.lease(body)
-                    if not await lease.acquire():
-                        return None  # another process holds a live lease on this Task
+                if lease is None or not lease.valid():
+                    # Held only once acquire() returned True: an acquire that raised (its
+                    # create may or may not have landed) is simply tried again.
+                    candidate = self.lease(body)
+                    if not await candidate.acquire():
+                        log.info("another process holds the Task's execution lease")
+                        return None
+                    lease = candidate
                 body = await self.client.patch(
                     "Task", ns, name, self._claim_patch(body, execution_id, resuming), status=True
                 )

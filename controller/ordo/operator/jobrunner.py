@@ -39,7 +39,7 @@ from .claim import Claim
 from .kube import KubeClient, login
 from .lease import ExecutionLease
 from .metrics import Metrics
-from .runner import Runner
+from .runner import RunAbandoned, Runner
 from .store import KubeStore
 from .writer import TaskWriter
 
@@ -138,6 +138,8 @@ class TaskRun:
         try:
             # Runner.run renews the lease while the run lasts and releases it at the end.
             await self.runner.run(Claim(body, self.execution_id, lease, resuming), task, cancel)
+        except RunAbandoned:
+            pass  # nothing written for it: a replacement pod resumes (exit code below)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -154,16 +154,21 @@ class ExecutionLease:
             },
             "spec": self._spec(),
         }
-        sent = self._clock()
-        try:
-            created = await self._client.create("Lease", self.namespace, body)
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
-        else:
-            self._hold(created, sent)
-            return True
-        current = await self._client.get("Lease", self.namespace, self.name)
+        current: dict[str, Any] | None = None
+        for _ in range(3):
+            sent = self._clock()
+            try:
+                created = await self._client.create("Lease", self.namespace, body)
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
+            else:
+                self._hold(created, sent)
+                return True
+            current = await self._client.get("Lease", self.namespace, self.name)
+            if current is not None:
+                break
+            # A conflict, yet no Lease: it was deleted in between; create it again.
         if current is None:
             return False
         spec = current.get("spec") or {}

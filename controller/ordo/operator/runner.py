@@ -37,6 +37,13 @@ def parse_time(value: str | None) -> float | None:
     return None
 
 
+class RunAbandoned(Exception):
+    """The run stopped without writing an outcome because this execution no longer owns the
+    Task (its lease was lost or another execution claimed it). The scheduler tries the Task
+    again: it waits for any other holder's lease, then resumes from the checkpoint, or finds
+    the Task finished."""
+
+
 class Runner:
     def __init__(
         self,
@@ -59,14 +66,23 @@ class Runner:
         logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
         current = asyncio.current_task()
 
+        lease_lost = False
+
         def lost() -> None:
+            nonlocal lease_lost
             log.warning("execution lease lost; stopping this run")
+            lease_lost = True
             if current is not None:
                 current.cancel()
 
         renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
         try:
             await self._run(claim, task, cancel)
+        except asyncio.CancelledError:
+            # Our own cancel (lease lost) becomes RunAbandoned; any other cancel propagates.
+            if lease_lost and current is not None and current.uncancel() == 0:
+                raise RunAbandoned("the execution lease was lost") from None
+            raise
         finally:
             renewer.cancel()
             # A renewal in flight must not land after the conditional delete.
@@ -115,9 +131,10 @@ class Runner:
         )
         if outcome.abandoned:
             log.warning(
-                "another execution owns the Task; this one stops without writing its outcome"
+                "this execution no longer owns the Task (lease lost or another execution "
+                "claimed it); it stops without writing its outcome"
             )
-            return
+            raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
         if not self.keep_checkpoints:
             try:

@@ -36,7 +36,7 @@ from .conditions import set_condition
 from .jobs import JobGone, JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
 from .metrics import Metrics
-from .runner import Runner
+from .runner import RunAbandoned, Runner
 from .store import KubeStore
 from .writer import FINALIZER, TaskWriter
 
@@ -198,6 +198,15 @@ class TaskScheduler:
                     return
                 except asyncio.CancelledError:
                     return
+                except RunAbandoned:
+                    # Nothing was written for that run; look at the Task again (another
+                    # holder's lease is waited for, a finished Task is left alone).
+                    log.info(
+                        "run abandoned; looking at the task again",
+                        extra={"ordo": {"attempt": attempt, "retryInSeconds": backoff}},
+                    )
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, RETRY_MAX_SECONDS)
                 except ApiError as exc:
                     if not exc.transient or attempt == RETRY_ATTEMPTS:
                         await self._give_up(namespace, name, exc)
