@@ -52,6 +52,8 @@ from typing import Any, Self
 import httpx
 from aiohttp import web
 
+from .threaded_server import Cleanup, ServerThread
+
 Step = dict[str, Any]
 Script = list[Step] | dict[str, list[Step]]
 CONTROL = "/_scripted"
@@ -162,9 +164,7 @@ class ScriptedServer:
         )
         self.require_key = require_key
         self.port = port
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
+        self._thread = ServerThread(f"{self.name}-server")
         self._serial = 0
 
     # -- protocol hooks -------------------------------------------------------------------
@@ -316,35 +316,16 @@ class ScriptedServer:
 
     def start(self) -> Self:
         """Serve from a background thread (returns once the port is bound)."""
-        ready = threading.Event()
-        errors: list[BaseException] = []
 
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._runner = loop.run_until_complete(self.serve())
-            except BaseException as exc:
-                errors.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
+        async def setup() -> tuple[int, Cleanup]:
+            runner = await self.serve()
+            return self.port, runner.cleanup
 
-        self._thread = threading.Thread(target=run, name=f"{self.name}-server", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if errors:
-            raise errors[0]
+        self._thread.start(setup)
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._thread = None
+        self._thread.stop()
 
     def __enter__(self) -> Self:
         return self.start()
