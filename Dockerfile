@@ -4,6 +4,8 @@
 #   docker build -t ordo:0.1.0 .
 #   docker run --rm ordo:0.1.0 --help                   # the entrypoint is `ordo operator`
 #   docker run --rm --entrypoint ordo ordo:0.1.0 --version
+#   scripts/build-image      # the same image without Docker: podman on a Debian python3 base
+#                            # (docs/operations.md, "Image")
 #
 # Two stages: the first installs ordo into a virtualenv, the second copies only that
 # virtualenv onto a slim Python base and runs it as an unprivileged user (uid 65532). At run
