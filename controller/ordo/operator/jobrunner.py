@@ -36,7 +36,7 @@ from ..runtime import ModelFactory, TaskOutcome, default_model_factory
 from . import logs
 from .checkpoint import name_for as checkpoint_name
 from .claim import Claim
-from .kube import KubeClient, login
+from .kube import ApiError, KubeClient, login
 from .lease import ExecutionLease
 from .metrics import Metrics
 from .runner import RunAbandoned, Runner
@@ -195,7 +195,10 @@ async def run_task(namespace: str, name: str, execution_id: str, lease_seconds: 
         # stays and a replacement pod decides what is left to do.
         return EXIT_TERMINATED if terminated else EXIT_RETRY
     except Exception as exc:
-        log.error("the run could not be carried out", extra={"ordo": {"error": type(exc).__name__}})
+        fields: dict[str, Any] = {"error": type(exc).__name__}
+        if isinstance(exc, ApiError):
+            fields.update(errorStatus=exc.status, errorReason=exc.api_reason)
+        log.error("the run could not be carried out", extra={"ordo": fields})
         return EXIT_RETRY
     finally:
         await client.close()

@@ -4,6 +4,8 @@ login helpers, and the TLS context for the client."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import os
 import ssl
 import tempfile
 from pathlib import Path
@@ -46,11 +48,20 @@ def _tempfile(data: str | bytes, keep: list[Any]) -> str:
 
 
 def login() -> kopf.ConnectionInfo:
-    """In-cluster service account if present, else the kubeconfig (KUBECONFIG)."""
+    """In-cluster service account if present, else the kubeconfig (KUBECONFIG).
+
+    In-cluster, the API server is where `KUBERNETES_SERVICE_HOST`/`_PORT` say, as in
+    client-go's in-cluster config; kopf's own default, `kubernetes.default.svc`, needs cluster
+    DNS, which a pod without DNS (or with its own resolver) does not have."""
     settings = kopf.OperatorSettings()
     if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
         info = kopf.login_with_service_account(settings=settings)
         if info is not None:
+            host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+            if host and port:
+                host = f"[{host}]" if ":" in host else host
+                info = dataclasses.replace(info, server=f"https://{host}:{port}")
             return info
     info = kopf.login_with_kubeconfig(settings=settings)
     if info is None:
