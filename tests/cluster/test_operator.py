@@ -6,6 +6,7 @@ test_operator_wire.py; these cover the Task lifecycle itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -399,3 +400,63 @@ def test_kubectl_wait_returns_for_complete_and_failed_tasks(
         }.items()
     )
     assert "Failed" not in _conditions(works) and "Stalled" not in _conditions(works)
+
+
+def test_a_task_applied_before_its_agent_waits_then_succeeds(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    """GitOps applies in any order: a Task whose Agent is missing waits Pending (naming what
+    is missing) within its grace period, and runs once the Agent appears — instead of failing
+    AgentNotFound for good."""
+    apply(
+        control_plane,
+        namespace,
+        """
+apiVersion: ordo.dev/v1alpha1
+kind: Task
+metadata:
+  name: early
+  annotations: {ordo.dev/reference-grace: 90s}
+spec:
+  agentRef: late-agent
+  input: do the thing
+""",
+    )
+    deadline = time.monotonic() + 30
+    ready: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        body = get_json(control_plane, "task", "early", "-n", namespace)
+        status = body.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        if ready.get("reason") == "WaitingForReferences":
+            break
+        time.sleep(0.5)
+    assert ready.get("reason") == "WaitingForReferences", ready
+    assert "late-agent" in ready["message"] and status.get("phase") == "Pending"
+    events = control_plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "WaitingForReferences" in events
+    setup_agent(control_plane, namespace, "[{text: done}]", agent="late-agent")
+    final = wait_task(control_plane, namespace, "early", timeout=60)["status"]
+    assert (final["phase"], final["reason"]) == ("Succeeded", "Succeeded")
+
+
+def test_missing_reference_fails_after_the_grace_period(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(
+        control_plane,
+        namespace,
+        """
+apiVersion: ordo.dev/v1alpha1
+kind: Task
+metadata:
+  name: never
+  annotations: {ordo.dev/reference-grace: 3s}
+spec:
+  agentRef: nobody
+  input: do the thing
+""",
+    )
+    final = wait_task(control_plane, namespace, "never", timeout=60)["status"]
+    assert (final["phase"], final["reason"]) == ("Failed", "AgentNotFound")
+    assert final.get("step", 0) == 0

@@ -74,6 +74,10 @@ class OperatorProcess:
             str(self.health_port),
             "--resync-seconds",
             "5",
+            # Tests that expect a *NotFound reason should not wait the default 60 s for the
+            # reference to appear; a test of the wait sets the annotation on its Task.
+            "--reference-grace",
+            "2s",
             *self.args,
         ]
         self.proc = subprocess.Popen(

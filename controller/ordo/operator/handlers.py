@@ -39,6 +39,7 @@ class OperatorConfig:
     job: JobSettings = field(default_factory=JobSettings)
     job_poll_seconds: float = 10.0
     job_cancel_grace_seconds: float = 30.0
+    reference_grace_seconds: float = 60.0
 
 
 @dataclass
@@ -108,6 +109,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             job=cfg.job,
             job_poll_seconds=cfg.job_poll_seconds,
             job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,
+            reference_grace_seconds=cfg.reference_grace_seconds,
         ),
         metrics=STATE.metrics,
     )

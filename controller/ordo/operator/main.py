@@ -11,6 +11,15 @@ from typing import Any
 from . import logs
 
 
+def _duration_seconds(value: str) -> float:
+    from ..api import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
@@ -67,6 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="re-check Ready conditions this often (default 60)",
+    )
+    parser.add_argument(
+        "--reference-grace",
+        type=_duration_seconds,
+        default=60.0,
+        metavar="DURATION",
+        help="how long a Task whose Agent, endpoint, Tool, Memory or Secret is missing waits "
+        "Pending for it to appear before it fails (GitOps applies in any order; default 60s; "
+        "0s fails at once; per Task: annotation ordo.dev/reference-grace)",
     )
     parser.add_argument(
         "--default-execution-mode",
@@ -224,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         default_execution_mode=args.default_execution_mode,
         job=job,
         job_cancel_grace_seconds=args.job_cancel_grace_seconds,
+        reference_grace_seconds=args.reference_grace,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:

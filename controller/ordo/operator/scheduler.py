@@ -16,6 +16,7 @@ up Tasks whose job gave up on transient errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -36,6 +37,7 @@ from .conditions import set_condition
 from .jobs import JobGone, JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
 from .metrics import Metrics
+from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
 from .runner import RunAbandoned, Runner
 from .store import KubeStore
 from .writer import FINALIZER, TaskWriter
@@ -63,6 +65,8 @@ class SchedulerSettings:
     """How often a supervised Job is re-read when no watch event arrives."""
     job_cancel_grace_seconds: float = 30.0
     """How long a cancelled Job-mode run may take to stop by itself before its Job is deleted."""
+    reference_grace_seconds: float = DEFAULT_GRACE_SECONDS
+    """How long a Task whose references are missing waits Pending before it fails."""
 
 
 @dataclass
@@ -89,9 +93,13 @@ class TaskScheduler:
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         """This process, as the holder of execution leases."""
         self.claimer = Claimer(client, self.identity, self.settings.lease_seconds)
+        store = KubeStore(client)
+        self.references = ReferenceWait(
+            client, store, self.writer.recorder, self.settings.reference_grace_seconds
+        )
         self.runner = Runner(
             self.writer,
-            KubeStore(client),
+            store,
             self.metrics,
             model_factory,
             keep_checkpoints=self.settings.keep_checkpoints,
@@ -191,13 +199,20 @@ class TaskScheduler:
         anything else ends the Task `InternalError` (never a retry that calls the model)."""
         logs.bind(namespace=namespace, task=name)
         backoff = RETRY_FIRST_SECONDS
+        attempt = 0
         try:
-            for attempt in range(1, RETRY_ATTEMPTS + 1):
+            while attempt < RETRY_ATTEMPTS:
+                attempt += 1
                 try:
                     await self._attempt(namespace, name, job, in_job)
                     return
                 except asyncio.CancelledError:
                     return
+                except WaitForReferences as wait:
+                    attempt -= 1  # bounded by the grace period, not by the retries
+                    job.wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(job.wake.wait(), wait.delay)
                 except RunAbandoned:
                     # Nothing was written for that run; look at the Task again (another
                     # holder's lease is waited for, a finished Task is left alone).
@@ -374,6 +389,8 @@ class TaskScheduler:
             return
 
         resuming = phase == "Running"
+        if not resuming:
+            await self.references.check(task, body)  # GitOps order: a bounded wait
         async with self._claim_locks.setdefault(namespace, asyncio.Lock()):
             if not resuming and task.spec.idempotency_key:
                 other = await self.claimer.duplicate_of(body)
