@@ -20,11 +20,15 @@ async def open_backend(memory: Memory, password: str | None) -> MemoryBackend:
     if provider == "redis":
         from .redis import RedisBackend
 
-        return await RedisBackend.connect(memory.spec.url or "", password, prefix)
+        return await RedisBackend.connect(
+            memory.spec.url or "", password, prefix, owner=f"Memory {memory.name!r}"
+        )
     if provider == "postgres":
         from .postgres import PostgresBackend
 
-        return await PostgresBackend.connect(memory.spec.url or "", password, prefix)
+        return await PostgresBackend.connect(
+            memory.spec.url or "", password, prefix, owner=f"Memory {memory.name!r}"
+        )
     raise ValueError(f"unknown memory provider {provider!r}")
 
 
