@@ -262,6 +262,40 @@ def _remove_host_files(res: NodeResources) -> None:
             directory.rmdir()  # only when empty: another node may be using it
 
 
+KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+
+
+def _kubelet_running() -> bool:
+    return (
+        subprocess.run(["pgrep", "-x", "kubelet"], capture_output=True, check=False).returncode == 0
+    )
+
+
+def _remove_kubelet_chains() -> None:
+    """The kubelet installs iptables chains (KUBE-FIREWALL drops non-loopback traffic to
+    127/8) that outlive it. They are shared by every kubelet on the machine, so they go only
+    when no kubelet runs any more."""
+    if _kubelet_running():
+        return
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+        for table in ("filter", "nat", "mangle"):
+
+            def run(*args: str, tool: str = tool, table: str = table) -> int:
+                return subprocess.run(
+                    [tool, "-w", "-t", table, *args], capture_output=True, check=False
+                ).returncode
+
+            for hook in ("INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"):
+                for chain in KUBELET_CHAINS:
+                    while run("-D", hook, "-j", chain) == 0:
+                        pass
+            for chain in KUBELET_CHAINS:
+                run("-F", chain)
+                run("-X", chain)
+
+
 def cleanup(res: NodeResources) -> None:
     """Remove everything ``res`` names; idempotent, safe for a half-started node."""
     _kill_owned(res)
@@ -271,6 +305,7 @@ def cleanup(res: NodeResources) -> None:
         if _ip("link", "show", link, check=False).returncode == 0:
             _ip("link", "del", link, check=False)
     _remove_host_files(res)
+    _remove_kubelet_chains()
 
 
 def leftovers(res: NodeResources) -> list[str]:
