@@ -18,6 +18,7 @@ takes 40 s, so the Task is Running, holding its Lease, when the test deletes it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,6 +144,7 @@ def test_deleting_a_running_task_removes_its_checkpoint_and_lease(
     assert checkpoint["metadata"]["ownerReferences"] == expected_owner(body)
     assert lease["metadata"]["ownerReferences"] == expected_owner(body)
 
+    deleted = time.monotonic()
     cluster.kubectl("delete", "task", name, "-n", namespace, "--wait=false")
 
     def diagnose() -> str:
@@ -161,6 +163,7 @@ def test_deleting_a_running_task_removes_its_checkpoint_and_lease(
         "the deleted Task to disappear",
         diagnose=diagnose,
     )
+    task_gone = time.monotonic() - deleted
     # ... and the garbage collector removes what the Task owned (keepCheckpoints: the operator
     # itself never deletes the checkpoint).
     wait_for(
@@ -175,8 +178,12 @@ def test_deleting_a_running_task_removes_its_checkpoint_and_lease(
         "the execution Lease to be gone",
         diagnose=diagnose,
     )
+    gc_done = time.monotonic() - deleted
     # The cancelled run made no further model call (the one in flight was abandoned).
     assert len(model_calls(model, name)) <= 2
+    print(
+        f"\nrunning Task deleted -> gone: {task_gone:.1f} s; checkpoint and Lease gone: {gc_done:.1f} s"
+    )
     the_ready_pod(cluster, operator, SELECTOR)  # still up, never restarted
 
 
@@ -188,6 +195,7 @@ def test_deleting_a_namespace_with_a_running_task_completes(
     name = "gc-delete-namespace"
     start_slow_task(cluster, namespace, model, name)
 
+    deleted = time.monotonic()
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
     def diagnose() -> str:
@@ -204,6 +212,7 @@ def test_deleting_a_namespace_with_a_running_task_completes(
         interval=1,
         diagnose=diagnose,
     )
+    print(f"\nnamespace with a running Task deleted -> gone: {time.monotonic() - deleted:.1f} s")
     the_ready_pod(cluster, operator, SELECTOR)
 
 
