@@ -796,3 +796,23 @@ async def test_resumed_run_reports_the_step_it_resumed_from() -> None:
         listeners=[listen],
     )
     assert isinstance(events[0], RunStarted) and events[0].resumed_from_step == 1
+
+
+async def test_cancel_does_not_wait_for_the_model_call_in_flight() -> None:
+    """Deleting a running Task (or spec.cancel) used to wait for the current model call,
+    up to the endpoint's timeout times its retries; the call is abandoned instead."""
+    never = asyncio.Event()
+
+    async def hangs(request: ModelRequest, index: int) -> ModelResponse:
+        await never.wait()  # a model that never answers
+        return answer("too late")
+
+    model = ScriptedModel([hangs])
+    cancel = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.05, cancel.set)
+    # The bound only turns a hang into a failure; it is not a timing assertion.
+    result = await asyncio.wait_for(
+        run_agent(run_config(open_governance()), model, [], cancel=cancel), 30
+    )
+    assert (result.phase, result.reason) == ("Cancelled", "Cancelled")
+    assert model.calls == 1 and result.step == 0  # the call never answered: not a step

@@ -73,8 +73,9 @@ def test_api_paths() -> None:
     )
     assert kube.path("Secret", "ns", "s") == "/api/v1/namespaces/ns/secrets/s"
     assert kube.path("AgentPolicy", "ns") == "/apis/ordo.dev/v1alpha1/namespaces/ns/agentpolicies"
+    assert kube.path("Pod", "ns", "p") == "/api/v1/namespaces/ns/pods/p"
     with pytest.raises(ValueError):
-        kube.path("Pod", "ns")
+        kube.path("Deployment", "ns")
 
 
 def test_an_executor_bug_becomes_an_error_result_not_a_crash() -> None:

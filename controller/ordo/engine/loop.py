@@ -21,11 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
-from ..api import jsonschemas
 from ..api.task import Reason
-from ..errors import Interrupted, InvalidSchema, LeaseLost, OrdoError
+from ..errors import Interrupted, LeaseLost, OrdoError
 from . import output as output_mod
 from .events import (
     Checkpoint,
@@ -39,10 +36,10 @@ from .events import (
     ToolDecided,
     ToolFinished,
 )
-from .jsontext import MAX_JSON_DEPTH, value_depth
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
+from .stepcalls import argument_problem, complete_unless_cancelled, loop_deadline
 from .tooling import ToolBinding, ToolFailure, failure_cause
 from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
 
@@ -97,7 +94,7 @@ async def run_agent(
 
     await emit(RunStarted(resumed_from_step=state.step))
     try:
-        async with asyncio.timeout_at(_loop_deadline(deadline)):
+        async with asyncio.timeout_at(loop_deadline(deadline)):
             denied = await _complete_pending_calls(config, state, tools, emit)
             if denied is not None:
                 _fill_unanswered(state)
@@ -122,16 +119,21 @@ async def run_agent(
                 await emit(StepStarted(step))
                 offered = [t for t in tools if t.builtin or t.name not in state.used_tools]
                 started = time.monotonic()
-                response = await model.complete(
-                    ModelRequest(
-                        items=tuple(state.items),  # a snapshot: the history grows after the call
-                        tools=tuple(
-                            ToolDefinition(t.name, t.description, t.parameters) for t in offered
-                        ),
-                        output_schema=config.output_schema,
-                        deadline=_loop_deadline(deadline),
-                    )
+                request = ModelRequest(
+                    items=tuple(state.items),  # a snapshot: the history grows after the call
+                    tools=tuple(
+                        ToolDefinition(t.name, t.description, t.parameters) for t in offered
+                    ),
+                    output_schema=config.output_schema,
+                    deadline=loop_deadline(deadline),
                 )
+                answer = await complete_unless_cancelled(model, request, cancel)
+                if answer is None:  # cancelled while the model was thinking
+                    state.step -= 1  # that call never answered: it is not a step
+                    return await finish(
+                        "Cancelled", "Cancelled", f"cancelled after {state.step} step(s)"
+                    )
+                response = answer
 
                 response = normalise_response(response, step=step, seen_ids=state.seen_ids)
                 state.usage = state.usage + response.usage
@@ -178,13 +180,6 @@ async def run_agent(
     except OrdoError as exc:  # e.g. a checkpoint that cannot be written
         _fill_unanswered(state)
         return await finish("Failed", exc.reason, str(exc), error=exc)
-
-
-def _loop_deadline(deadline: float | None) -> float | None:
-    """Convert a time.monotonic() deadline to the event loop's clock."""
-    if deadline is None:
-        return None
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 def _last_text(state: RunState) -> str:
@@ -255,32 +250,12 @@ def _screen_call(
         return refuse(
             "rejected", "InvalidArguments", "error: the arguments are not a valid JSON object."
         )
-    problem = _argument_problem(binding.parameters, call.arguments)
+    problem = argument_problem(binding.parameters, call.arguments)
     if problem:
         return refuse("rejected", "InvalidArguments", f"error: invalid arguments: {problem}")
     return Screened(
         ToolCallRecord(step, call.name, "allowed", reason, None, call.id), None, binding
     )
-
-
-def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    """Why `arguments` do not satisfy the tool's input schema, or None. Patterns are matched
-    with RE2 (linear time); a schema that cannot be evaluated rejects the call (fail closed)."""
-
-    if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"
-    if not schema:
-        return None
-    try:
-        errors = jsonschemas.validator_for(schema).errors(arguments)
-    except InvalidSchema:
-        return "the tool's input schema cannot be used, so the call was not run"
-    error = jsonschema.exceptions.best_match(errors)
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-    # The message quotes the model's own value: cap it so a huge argument is not echoed back.
-    return f"{where}: {error.message}"[:500]
 
 
 async def _execute(
