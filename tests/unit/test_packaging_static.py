@@ -284,6 +284,7 @@ def _populated() -> Metrics:
     metrics.tokens.labels("ns", "a", "m", "input").inc()
     metrics.tool_calls.labels("t", "allowed", "succeeded").inc()
     metrics.kube_requests.labels("get").inc()
+    metrics.tasks_deleted.labels("ns").inc()
     return metrics
 
 
@@ -351,7 +352,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 8
+    assert checked == 9
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -61,7 +61,8 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 - kopf watches all eight ordo kinds (list, watch); ordo's client reads them (get, list).
 - Tasks: patch, only ever of metadata.finalizers (the ordo.dev/run finalizer), conditional on
   resourceVersion. RBAC cannot narrow a patch to one field; the Task spec is immutable by CEL
-  except `cancel` (and `input`, which the operator never writes).
+  except `cancel` (and `input`, which the operator never writes). Delete: a finished Task
+  whose TTL passed (spec.ttlSecondsAfterFinished, --task-ttl), resourceVersion-conditional.
 - Status subresources it writes (merge patch): all eight ordo kinds (Task progress and results,
   the Ready condition of the others).
 - Secrets: get by name only (the ones ModelEndpoints, Tools and Memories name); never list or
@@ -83,7 +84,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   verbs: [get, list, watch]
 - apiGroups: [ordo.dev]
   resources: [tasks]
-  verbs: [patch]
+  verbs: [patch, delete]
 - apiGroups: [ordo.dev]
   resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status]
   verbs: [patch]

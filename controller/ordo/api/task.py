@@ -67,7 +67,8 @@ class TaskLimits(OrdoModel):
 
 
 class TaskSpec(OrdoModel):
-    """Desired state of a Task. Immutable after creation, except `cancel` (the API server
+    """Desired state of a Task. Immutable after creation, except `cancel` and
+    `ttlSecondsAfterFinished` (the API server
     enforces it for every field but `input`, whose untyped value CEL cannot compare; the
     operator runs the input it read when it claimed the Task)."""
 
@@ -89,6 +90,11 @@ class TaskSpec(OrdoModel):
     """A second Task in the namespace with the same key fails with `DuplicateExecution`."""
     cancel: bool = False
     """Set to true to stop the run at the next step boundary (phase `Cancelled`)."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=2147483647)] | None = None
+    """Seconds after `status.completedAt` at which the operator deletes the finished Task and
+    what it owns (its checkpoint ConfigMap, Lease, Job); 0 deletes it as soon as it ends.
+    Unset: the operator's `--task-ttl` (default: keep). May be changed at any time (as a
+    Job's): the Task is re-evaluated."""
 
     _check_output_schema = field_validator("output_schema")(user_schema)
 
@@ -124,7 +130,8 @@ def _immutable_rule() -> str:
 
 TASK_SPEC_IMMUTABLE = CelRule(
     rule=_immutable_rule(),
-    message="Task spec is immutable after creation, except spec.cancel",
+    message="Task spec is immutable after creation, except spec.cancel and "
+    "spec.ttlSecondsAfterFinished",
     check=None,
 )
 

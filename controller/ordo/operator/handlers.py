@@ -18,6 +18,7 @@ from .jobs import COMPONENT, MANAGED_BY, JobSettings
 from .kube import KubeClient, login
 from .metrics import Metrics
 from .readiness import ReadinessReconciler
+from .retention import Retention
 from .scheduler import SchedulerSettings, TaskScheduler
 
 log = logging.getLogger("ordo.operator")
@@ -40,6 +41,9 @@ class OperatorConfig:
     job_poll_seconds: float = 10.0
     job_cancel_grace_seconds: float = 30.0
     reference_grace_seconds: float = 60.0
+    task_ttl_seconds: float | None = None
+    """Delete finished Tasks this long after they end unless they set their own
+    spec.ttlSecondsAfterFinished; None (or 0) keeps them."""
 
 
 @dataclass
@@ -54,6 +58,7 @@ class OperatorState:
     health: HealthServer | None = None
     metrics: Metrics | None = None
     resync: asyncio.Task[None] | None = None
+    retention: Retention | None = None
 
 
 def new_memo(config: OperatorConfig) -> kopf.Memo:
@@ -113,6 +118,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
         ),
         metrics=STATE.metrics,
     )
+    STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
     STATE.readiness = ReadinessReconciler(STATE.client)
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
     STATE.health.namespaces = list(cfg.namespaces)
@@ -149,6 +155,8 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
         STATE.resync.cancel()
     if STATE.scheduler is not None:
         await STATE.scheduler.shutdown()
+    if STATE.retention is not None:
+        await STATE.retention.shutdown()
     if STATE.health is not None:
         await STATE.health.stop()
     if STATE.client is not None:
@@ -157,9 +165,11 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "tasks")
 async def _task_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    scheduler = _state(memo).scheduler
-    if scheduler is not None:
-        scheduler.observe(_plain(body), event.get("type"))
+    state = _state(memo)
+    if state.scheduler is not None:
+        state.scheduler.observe(_plain(body), event.get("type"))
+    if state.retention is not None:
+        state.retention.observe(_plain(body), event.get("type"))
 
 
 @kopf.on.event(

@@ -87,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0s fails at once; per Task: annotation ordo.dev/reference-grace)",
     )
     parser.add_argument(
+        "--task-ttl",
+        type=_duration_seconds,
+        default=0.0,
+        metavar="DURATION",
+        help="delete a finished Task (and what it owns) this long after it ended, unless it "
+        "sets spec.ttlSecondsAfterFinished (default 0s: keep finished Tasks)",
+    )
+    parser.add_argument(
         "--default-execution-mode",
         choices=("InProcess", "Job"),
         default="InProcess",
@@ -243,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         job=job,
         job_cancel_grace_seconds=args.job_cancel_grace_seconds,
         reference_grace_seconds=args.reference_grace,
+        task_ttl_seconds=args.task_ttl or None,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:

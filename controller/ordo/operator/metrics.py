@@ -73,6 +73,13 @@ class Metrics:
             "they are also counted in ordo_tasks_running.",
             registry=r,
         )
+        self.tasks_deleted = Counter(
+            "ordo_tasks_deleted_total",
+            "Finished Tasks the operator deleted after their TTL (ttlSecondsAfterFinished, "
+            "--task-ttl).",
+            ["namespace"],
+            registry=r,
+        )
         self.kube_requests = Counter(
             "ordo_kube_api_requests_total",
             "Requests ordo's own client made to the Kubernetes API (kopf's watches excluded).",
