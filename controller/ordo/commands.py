@@ -69,6 +69,14 @@ def register(sub: Any) -> None:
     run.add_argument("--quiet", "-q", action="store_true", help="no live progress, no warnings")
     run.set_defaults(func=_cmd_run)
 
+    from . import invoke
+
+    invoke_parser = sub.add_parser(
+        "invoke", help="run an Agent on the cluster: create a Task, follow it, print its output"
+    )
+    invoke.add_arguments(invoke_parser)
+    invoke_parser.set_defaults(func=invoke.run)
+
     from .operator import main as operator_main
 
     operator = sub.add_parser(
