@@ -189,12 +189,39 @@ def _job(cluster: NodeCluster, namespace: str, task: dict[str, Any]) -> dict[str
     return dict(get_json(cluster, "job", f"ordo-task-{task['metadata']['uid']}", "-n", namespace))
 
 
+def finished(cluster: NodeCluster, namespace: str, task: dict[str, Any]) -> str | None:
+    """The Job's terminal condition (Complete or Failed), if any."""
+    for c in (_job(cluster, namespace, task).get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return str(c["type"])
+    return None
+
+
 def _pods(cluster: NodeCluster, namespace: str, task: dict[str, Any]) -> list[dict[str, Any]]:
     selector = f"batch.kubernetes.io/job-name=ordo-task-{task['metadata']['uid']}"
     items: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)[
         "items"
     ]
     return items
+
+
+def _finish(
+    cluster: NodeCluster, ns: str, name: str, op: Any, timeout: float = 180
+) -> dict[str, Any]:
+    """wait_task, and on a timeout the Task, its Job's pods (status and log) and the operator's
+    log in the failure message."""
+    try:
+        return wait_task(cluster, ns, name, timeout=timeout)
+    except AssertionError as exc:
+        body: dict[str, Any] = get_json(cluster, "task", name, "-n", ns)
+        lines = [str(exc), f"task status: {json.dumps(body.get('status'))[:2000]}"]
+        for pod in _pods(cluster, ns, body):
+            pod_name = pod["metadata"]["name"]
+            lines.append(f"pod {pod_name}: {json.dumps(pod.get('status'))[:3000]}")
+            log = cluster.kubectl("logs", "-n", ns, pod_name, check=False)
+            lines.append(f"log of {pod_name}: {(log.stdout + log.stderr)[-3000:]}")
+        lines.append(f"operator log: {op.logs()[-4000:]}")
+        raise AssertionError("\n".join(lines)) from None
 
 
 # -- tests ------------------------------------------------------------------------------------
@@ -204,7 +231,7 @@ def test_job_mode_task_succeeds_in_its_own_pod(job_env: tuple[NodeCluster, str, 
     cluster, ns, op = job_env
     _apply(cluster, ns, [_endpoint([{"text": "hello from a pod"}]), _agent("agent", "Job")])
     _apply(cluster, ns, [_task("hello", "agent")])
-    done = wait_task(cluster, ns, "hello", timeout=180)
+    done = _finish(cluster, ns, "hello", op)
     status = done["status"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
     assert status["executionMode"] == "Job"
@@ -213,6 +240,8 @@ def test_job_mode_task_succeeds_in_its_own_pod(job_env: tuple[NodeCluster, str, 
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("Task", done["metadata"]["uid"])
     assert job["metadata"]["annotations"]["ordo.dev/execution-id"] == status["executionId"]
+    # The pod exits 0 once the Task is terminal: the Job completes.
+    wait_for(lambda: finished(cluster, ns, done) == "Complete", 60, what="the Job to complete")
     (pod,) = _pods(cluster, ns, done)
     assert pod["spec"]["serviceAccountName"] == "ordo-runner"
     assert pod["status"]["phase"] == "Succeeded"
@@ -235,7 +264,7 @@ def test_job_mode_task_succeeds_in_its_own_pod(job_env: tuple[NodeCluster, str, 
 def test_deleted_pod_is_replaced_and_resumes_without_repeating_a_tool(
     job_env: tuple[NodeCluster, str, Any],
 ) -> None:
-    cluster, ns, _ = job_env
+    cluster, ns, op = job_env
     with NodeHttpToolServer(cluster.node_ip) as tools:
         turns: list[dict[str, Any]] = [
             {"toolCalls": [{"tool": "place-order", "arguments": {"task": "r", "call": "r/order"}}]},
@@ -268,15 +297,15 @@ def test_deleted_pod_is_replaced_and_resumes_without_repeating_a_tool(
         assert tools.effects_snapshot()[("r", "r/order")] == 1
         (first,) = [p for p in _pods(cluster, ns, body) if p["status"]["phase"] == "Running"]
         cluster.kubectl("delete", "pod", "-n", ns, first["metadata"]["name"], "--wait=false")
-        done = wait_task(cluster, ns, "r", timeout=240)
+        done = _finish(cluster, ns, "r", op, timeout=240)
         effects = tools.effects_snapshot()
     status = done["status"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
     assert effects == {("r", "r/order"): 1, ("r", "r/invoice"): 1}, effects
     assert status["step"] == 3
-    pods = _pods(cluster, ns, done)
-    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
-    assert first["metadata"]["name"] in {p["metadata"]["name"] for p in pods}
+    # The deleted pod is gone; its replacement (another pod of the same Job) finished the run.
+    (second,) = _pods(cluster, ns, done)
+    assert second["metadata"]["name"] != first["metadata"]["name"]
     reasons = [e["reason"] for e in events(cluster, ns, "r")]
     assert "Resumed" in reasons, reasons
 
@@ -284,12 +313,14 @@ def test_deleted_pod_is_replaced_and_resumes_without_repeating_a_tool(
 def test_oomkilled_pod_ends_the_task_with_its_reason(
     job_env: tuple[NodeCluster, str, Any],
 ) -> None:
-    cluster, ns, _ = job_env
+    cluster, ns, op = job_env
     _apply(cluster, ns, [_endpoint([{"text": "never"}]), _agent("tiny", "Job", memory="24Mi")])
     _apply(cluster, ns, [_task("oom", "tiny")])
-    done = wait_task(cluster, ns, "oom", timeout=180)
+    done = _finish(cluster, ns, "oom", op)
     status = done["status"]
-    assert (status["phase"], status["reason"]) == ("Failed", "PodFailed"), status
+    pods = [(p["metadata"]["name"], p["status"]) for p in _pods(cluster, ns, done)]
+    why = f"{status.get('message')}\npods: {json.dumps(pods)[:3000]}\n{op.logs()[-3000:]}"
+    assert (status["phase"], status["reason"]) == ("Failed", "PodFailed"), why
     assert "OOMKilled" in status["message"] and "24Mi" in status["message"]
     assert status["executionMode"] == "Job"
     # The Job was stopped: no pod is left running.
@@ -303,7 +334,7 @@ def test_oomkilled_pod_ends_the_task_with_its_reason(
 
 
 def test_cancel_stops_the_job(job_env: tuple[NodeCluster, str, Any]) -> None:
-    cluster, ns, _ = job_env
+    cluster, ns, op = job_env
     _apply(cluster, ns, [_endpoint([{"delay": "120s", "text": "late"}]), _agent("slow", "Job")])
     _apply(cluster, ns, [_task("c", "slow")])
 
@@ -317,7 +348,7 @@ def test_cancel_stops_the_job(job_env: tuple[NodeCluster, str, Any]) -> None:
     cluster.kubectl(
         "patch", "task", "c", "-n", ns, "--type=merge", "-p", '{"spec":{"cancel":true}}'
     )
-    done = wait_task(cluster, ns, "c", timeout=90)
+    done = _finish(cluster, ns, "c", op, timeout=90)
     assert (done["status"]["phase"], done["status"]["reason"]) == ("Cancelled", "Cancelled")
     assert "late" not in (done["status"].get("output") or "")
 
@@ -402,7 +433,7 @@ def test_job_mode_start_overhead(
                 name = f"{agent}-{i}"
                 start = time.monotonic()
                 _apply(cluster, ns, [_task(name, agent)])
-                done = wait_task(cluster, ns, name, timeout=180)
+                done = _finish(cluster, ns, name, op)
                 seconds[mode].append(time.monotonic() - start)
                 assert done["status"]["phase"] == "Succeeded", done["status"]
                 assert done["status"]["executionMode"] == mode

@@ -23,6 +23,7 @@ from ordo.operator.jobs import (
     job_problem,
     pod_problem,
     pods_active,
+    quantity,
     remaining_timeout,
     resources,
     runs_in_job,
@@ -196,7 +197,7 @@ def test_resources_come_from_the_agent_then_the_operator_defaults() -> None:
     }
     own = _agent({"mode": "Job", "resources": {"limits": {"memory": "64Mi", "cpu": "1"}}})
     assert resources(own, settings) == {
-        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "requests": {"cpu": "100m", "memory": "64Mi"},
         "limits": {"memory": "64Mi", "cpu": "1"},
     }
     job = build_job(_task(), own, "e1", settings, remaining_timeout=60)
@@ -205,6 +206,35 @@ def test_resources_come_from_the_agent_then_the_operator_defaults() -> None:
         "cpu": "1",
     }
     assert resources(None, JobSettings(image="x", requests={}, limits={})) == {}
+
+
+def test_a_default_request_above_the_agents_limit_is_lowered_to_it() -> None:
+    # The API refuses requests above limits: an Agent asking for a small limit gets it.
+    own = _agent({"mode": "Job", "resources": {"limits": {"memory": "24Mi", "cpu": "50m"}}})
+    settings = JobSettings(image="x", requests={"cpu": "100m", "memory": "128Mi"})
+    assert resources(own, settings) == {
+        "requests": {"cpu": "50m", "memory": "24Mi"},
+        "limits": {"memory": "24Mi", "cpu": "50m"},
+    }
+    # A request the Agent sets itself is left as written (the API server judges it).
+    both = _agent({"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "24Mi"}}})
+    assert resources(both, settings)["requests"]["memory"] == "1Gi"
+    # A default below the limit stays.
+    roomy = _agent({"resources": {"limits": {"memory": "1Gi"}}})
+    assert resources(roomy, settings)["requests"]["memory"] == "128Mi"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("100m", 0.1), ("2", 2.0), ("1.5", 1.5), ("128Mi", 128 * 2**20), ("1G", 1e9), ("1Ki", 1024)],
+)
+def test_quantities_parse(text: str, value: float) -> None:
+    assert quantity(text) == pytest.approx(value)
+
+
+def test_not_a_quantity() -> None:
+    with pytest.raises(ValueError):
+        quantity("lots")
 
 
 def test_job_mode_needs_an_image() -> None:

@@ -111,17 +111,57 @@ class JobSettings:
     server is when the `kubernetes` Service does not route)."""
 
 
+_SUFFIX = {
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+}
+
+
+def quantity(value: str) -> float:
+    """A Kubernetes quantity (`500m`, `128Mi`, `1.5`) as a number; ValueError if it is not one
+    of the forms the API's schema admits."""
+    text = str(value).strip()
+    for suffix in ("Ki", "Mi", "Gi", "Ti", "m", "k", "M", "G", "T", ""):
+        if suffix and not text.endswith(suffix):
+            continue
+        number = text[: len(text) - len(suffix)] if suffix else text
+        try:
+            return float(number) * _SUFFIX[suffix]
+        except ValueError:
+            continue
+    raise ValueError(f"not a quantity: {value!r}")
+
+
 def resources(agent: Mapping[str, Any] | None, settings: JobSettings) -> dict[str, Any]:
     """The pod's requests and limits: the Agent's `spec.execution.resources`, each quantity
-    falling back to the operator's default."""
+    falling back to the operator's default. A default request above the limit the Agent sets
+    is lowered to that limit (the API refuses a request above its limit)."""
     execution = ((agent or {}).get("spec") or {}).get("execution") or {}
     own = execution.get("resources") or {}
+    own_requests = {k: str(v) for k, v in (own.get("requests") or {}).items() if v}
+    own_limits = {k: str(v) for k, v in (own.get("limits") or {}).items() if v}
+    requests = {k: str(v) for k, v in settings.requests.items()} | own_requests
+    limits = {k: str(v) for k, v in settings.limits.items()} | own_limits
+    for key, limit in limits.items():
+        if key in requests and key not in own_requests:
+            try:
+                if quantity(requests[key]) > quantity(limit):
+                    requests[key] = limit
+            except ValueError:
+                continue
     out: dict[str, Any] = {}
-    for kind, defaults in (("requests", settings.requests), ("limits", settings.limits)):
-        merged = {k: str(v) for k, v in defaults.items()}
-        merged.update({k: str(v) for k, v in (own.get(kind) or {}).items() if v})
-        if merged:
-            out[kind] = merged
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
     return out
 
 
@@ -582,7 +622,9 @@ class JobSupervisor:
                 if cancel_deadline is None:
                     waiters.append(asyncio.ensure_future(cancel.wait()))
                 try:
-                    await asyncio.wait(waiters, timeout=self.poll_seconds)
+                    await asyncio.wait(
+                        waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+                    )
                 finally:
                     for w in waiters:
                         w.cancel()

@@ -432,6 +432,23 @@ class TaskScheduler:
         logs.bind(executionId=claim.execution_id)
         try:
             await self.jobs.start(claim.body, agent, claim.execution_id)
+        except ApiError as exc:
+            if exc.transient or exc.conflict:
+                raise
+            # Refused for good (invalid resources in the Agent, a quota, an admission
+            # policy): the Task cannot run in a Job; say why instead of InternalError.
+            await self.writer.finish(
+                claim.body,
+                TaskOutcome(
+                    "Failed",
+                    "InvalidSpec",
+                    f"the API server refused the Task's Job ({exc.message}); check the Agent's "
+                    "spec.execution.resources and the namespace's quotas and policies",
+                ),
+                execution_id=claim.execution_id,
+                started=started,
+            )
+            return
         finally:
             # The pod takes the lease under its own name; ours only covered the claim.
             await claim.lease.release()
