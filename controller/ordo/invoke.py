@@ -14,10 +14,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,9 +27,11 @@ import yaml
 from .api import GROUP, VERSION
 from .api.base import parse_duration
 from .api.task import TERMINAL_PHASES
-from .operator.kube import ApiError, KubeClient, path
-from .operator.kubeauth import login, ssl_context
-from .operator.kubeerrors import response_error, transport_error
+from .operator.kube import ApiError, KubeClient
+from .operator.kubeauth import KubeconfigError, connect, kubeconfig_login
+from .taskwatch import Progress, summary, task_updates, watch_client
+
+__all__ = ["KubeconfigError", "kubeconfig_login", "run"]
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
@@ -55,11 +56,6 @@ Ctrl-C asks "cancel Task X? [y/N]" when stdin is a terminal; without one (CI) it
 the Task (sets spec.cancel), waits for it to end and exits {EXIT_INTERRUPTED}. A second Ctrl-C
 stops waiting."""
 
-POLL_SECONDS = 0.5
-WATCH_SECONDS = 300
-"""Server-side timeout of one watch request; the watch is then resumed where it stopped."""
-MAX_RECONNECTS = 5
-"""Consecutive failed watch connections before giving up (exit 2, the Task keeps running)."""
 MAX_PREFIX = 58
 """generateName prefix cap: the API server adds 5 characters, so names fit 63 (a label)."""
 
@@ -178,230 +174,6 @@ def task_manifest(agent: str, text: str | None) -> dict[str, Any]:
 
 # -- credentials -------------------------------------------------------------------------------
 
-_FILE_KEYS = ("certificate-authority", "client-certificate", "client-key")
-
-
-def kubeconfig_login(files: list[Path], context: str | None) -> kopf.ConnectionInfo:
-    """Connection info of `context` (default: current-context) merged from kubeconfig `files`
-    as kubectl merges them (the first file that sets a name wins); relative certificate paths
-    are relative to the file that names them. Tokens, client certificates and basic auth only
-    (no exec or auth-provider plugins)."""
-    current: str | None = None
-    sections: dict[str, dict[str, dict[str, Any]]] = {"contexts": {}, "clusters": {}, "users": {}}
-    for file in files:
-        try:
-            config = yaml.safe_load(file.read_text()) or {}
-        except OSError as exc:
-            raise InvokeError(f"cannot read kubeconfig {file}: {exc.strerror}") from None
-        except yaml.YAMLError:
-            raise InvokeError(f"kubeconfig {file} is not valid YAML") from None
-        if not isinstance(config, dict):
-            raise InvokeError(f"kubeconfig {file} is not a mapping")
-        current = current or config.get("current-context") or None
-        for section, inner in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
-            for item in config.get(section) or []:
-                if not isinstance(item, dict) or item.get("name") in sections[section]:
-                    continue
-                body = dict(item.get(inner) or {})
-                for key in _FILE_KEYS:
-                    if isinstance(body.get(key), str):
-                        body[key] = str(file.parent / os.path.expanduser(body[key]))
-                sections[section][str(item.get("name"))] = body
-    name = context or current
-    if not name:
-        raise InvokeError("no current-context in the kubeconfig: pass --context")
-    ctx = sections["contexts"].get(name)
-    if ctx is None:
-        raise InvokeError(f"context {name!r} not found in the kubeconfig")
-    cluster = sections["clusters"].get(str(ctx.get("cluster")))
-    if cluster is None or not cluster.get("server"):
-        raise InvokeError(f"context {name!r}: cluster {ctx.get('cluster')!r} has no server")
-    user = sections["users"].get(str(ctx.get("user")), {})
-    token = user.get("token") or (user.get("auth-provider") or {}).get("config", {}).get(
-        "access-token"
-    )
-    if not token and user.get("tokenFile"):
-        try:
-            token = Path(user["tokenFile"]).read_text().strip()
-        except OSError as exc:
-            raise InvokeError(f"cannot read tokenFile: {exc.strerror}") from None
-    if user.get("exec") and not token:
-        raise InvokeError(
-            f"context {name!r} uses an exec credential plugin, which ordo does not run: "
-            "use a kubeconfig with a token or a client certificate"
-        )
-    return kopf.ConnectionInfo(
-        server=str(cluster["server"]),
-        ca_path=cluster.get("certificate-authority"),
-        ca_data=cluster.get("certificate-authority-data"),
-        insecure=cluster.get("insecure-skip-tls-verify"),
-        certificate_path=user.get("client-certificate"),
-        certificate_data=user.get("client-certificate-data"),
-        private_key_path=user.get("client-key"),
-        private_key_data=user.get("client-key-data"),
-        username=user.get("username"),
-        password=user.get("password"),
-        token=token,
-        default_namespace=ctx.get("namespace"),
-    )
-
-
-def connect(kubeconfig: str | None, context: str | None) -> kopf.ConnectionInfo:
-    """--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster account."""
-    spec = kubeconfig or os.environ.get("KUBECONFIG", "")
-    files = [Path(os.path.expanduser(p)) for p in spec.split(os.pathsep) if p.strip()]
-    if not files and Path("~/.kube/config").expanduser().exists():
-        files = [Path("~/.kube/config").expanduser()]
-    if files:
-        return kubeconfig_login(files, context)
-    if context:
-        raise InvokeError("--context needs a kubeconfig (--kubeconfig or $KUBECONFIG)")
-    try:
-        return login()
-    except kopf.LoginError:
-        raise InvokeError("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod") from None
-
-
-def _watch_client(info: kopf.ConnectionInfo, keep: list[Any]) -> httpx.AsyncClient:
-    headers = {"Accept": "application/json", "User-Agent": "ordo-invoke"}
-    if info.token:
-        headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-    auth = (
-        httpx.BasicAuth(info.username, info.password) if info.username and info.password else None
-    )
-    return httpx.AsyncClient(
-        base_url=info.server,
-        headers=headers,
-        auth=auth,
-        verify=ssl_context(info, keep),
-        timeout=httpx.Timeout(10.0, read=WATCH_SECONDS + 30.0),
-    )
-
-
-# -- following the Task ------------------------------------------------------------------------
-
-
-class Progress:
-    """Progress lines from successive statuses: phase, step, tool decisions and outcomes (never
-    arguments, results or output)."""
-
-    def __init__(self) -> None:
-        self.phase: str | None = None
-        self.step = 0
-        self.calls: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-
-    def update(self, status: dict[str, Any]) -> list[str]:
-        lines: list[str] = []
-        phase = status.get("phase")
-        if phase and phase != self.phase and phase not in TERMINAL_PHASES:
-            lines.append(f"phase {phase}")
-        self.phase = phase or self.phase
-        seen: dict[tuple[Any, ...], int] = {}
-        for record in status.get("toolCalls") or []:
-            if not isinstance(record, dict):
-                continue
-            base = (record.get("step"), record.get("callId"), record.get("tool"))
-            seen[base] = seen.get(base, 0) + 1
-            key = (*base, seen[base])
-            now = (record.get("decision"), record.get("outcome"))
-            before = self.calls.get(key, (None, None))
-            if now == before:
-                continue
-            self.calls[key] = now
-            where = f"step {record.get('step')}: tool {record.get('tool')}"
-            if now[0] != before[0]:
-                why = f" ({record['reason']})" if record.get("reason") else ""
-                lines.append(f"{where} {now[0]}{why}")
-            if now[1] and now[1] != before[1]:
-                error = f" ({record['error']})" if record.get("error") else ""
-                lines.append(f"{where} {now[1]}{error}")
-        step = status.get("step")
-        if isinstance(step, int) and step > self.step:
-            self.step = step
-            lines.append(f"step {step} done")
-        return lines
-
-
-def summary(status: dict[str, Any]) -> str:
-    """One line on how the Task ended: phase, reason, message, steps, tokens."""
-    phase = status.get("phase")
-    text = str(phase)
-    if status.get("reason") and status.get("reason") != phase:
-        text += f": {status['reason']}"
-    if status.get("message") and phase != "Succeeded":
-        text += f": {status['message']}"
-    tokens = (status.get("usage") or {}).get("totalTokens")
-    extra = [f"{status.get('step') or 0} step(s)"] + ([f"{tokens} tokens"] if tokens else [])
-    return f"{text} ({', '.join(extra)})"
-
-
-async def task_updates(
-    kube: KubeClient, http: httpx.AsyncClient, namespace: str, name: str, version: str
-) -> AsyncIterator[dict[str, Any] | None]:
-    """The Task each time it changes (None once it is deleted): a watch from `version`,
-    resumed after the server closes it, re-listed after 410 Gone; a GET every POLL_SECONDS
-    when a watch is forbidden."""
-    url = path("Task", namespace)
-    watch = True
-    failures = 0
-    rv: str | None = version
-    while True:
-        if rv is None or not watch:
-            obj = await kube.get("Task", namespace, name)
-            yield obj
-            if obj is None:
-                return
-            rv = str(obj["metadata"].get("resourceVersion", ""))
-            if not watch:
-                await asyncio.sleep(POLL_SECONDS)
-                continue
-        params = {
-            "watch": "1",
-            "fieldSelector": f"metadata.name={name}",
-            "resourceVersion": rv,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(WATCH_SECONDS),
-        }
-        try:
-            async with http.stream("GET", url, params=params) as response:
-                if response.status_code in (403, 405):
-                    watch = False
-                    continue
-                if response.status_code == 410:
-                    rv = None
-                    continue
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise response_error(response)
-                async for line in response.aiter_lines():
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    failures = 0
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        if obj.get("code") == 410:
-                            rv = None
-                            break
-                        raise ApiError(
-                            int(obj.get("code") or 0),
-                            str(obj.get("reason", "")),
-                            str(obj.get("message", ""))[:300],
-                        )
-                    rv = str(obj.get("metadata", {}).get("resourceVersion") or rv)
-                    if event.get("type") == "DELETED":
-                        yield None
-                        return
-                    if event.get("type") != "BOOKMARK":
-                        yield obj
-        except (httpx.TransportError, ValueError) as exc:
-            failures += 1
-            if failures > MAX_RECONNECTS:
-                if isinstance(exc, httpx.TransportError):
-                    raise transport_error(exc) from None
-                raise ApiError(0, "InvalidResponse", type(exc).__name__) from None
-            await asyncio.sleep(min(0.5 * 2**failures, 5.0))
-
 
 class Invocation:
     """One `ordo invoke` run: create, follow, report."""
@@ -432,7 +204,7 @@ class Invocation:
         namespace = self.args.namespace or info.default_namespace or "default"
         kube = KubeClient(info, max_connections=4)
         keep: list[Any] = []
-        http = _watch_client(info, keep)
+        http = watch_client(info, keep)
         try:
             return await self._run(kube, http, namespace)
         finally:
@@ -562,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
             interactive=args.stdin is None and args.input_file != "-" and sys.stdin.isatty(),
         )
         return asyncio.run(invocation.run(info))
-    except InvokeError as exc:
+    except (InvokeError, KubeconfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ApiError as exc:

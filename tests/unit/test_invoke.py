@@ -156,7 +156,7 @@ def test_kubeconfig_context_selection(tmp_path: Path) -> None:
         True,
         None,
     )
-    with pytest.raises(invoke.InvokeError, match="'three' not found"):
+    with pytest.raises(invoke.KubeconfigError, match="'three' not found"):
         invoke.kubeconfig_login([file], "three")
 
 
@@ -173,7 +173,7 @@ def test_kubeconfig_merge_first_file_wins_and_exec_refused(tmp_path: Path) -> No
     )
     second = tmp_path / "second"
     second.write_text(KUBECONFIG)
-    with pytest.raises(invoke.InvokeError, match="exec credential plugin"):
+    with pytest.raises(invoke.KubeconfigError, match="exec credential plugin"):
         invoke.kubeconfig_login([first, second], None)
     merged = invoke.kubeconfig_login([first, second], "two")
     assert merged.server == "https://first.example"
