@@ -2,241 +2,55 @@
 
 Shared by `ordo validate` and `ordo run`. Every problem is reported with the file, the
 document index, kind/name and the field path, and says what is expected.
+
+This module parses each document into its kind's model (`parse_document`) and puts it all
+together (`load`); reading files and folders is in manifest_reader.py, the checks across the
+set in manifest_checks.py. Import from here: it re-exports both.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from . import API_VERSION, KINDS, Resource
-from .base import DNS1123_SUBDOMAIN, parse_duration
-
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-@dataclass(frozen=True)
-class Document:
-    """One YAML document and where it came from."""
-
-    source: str
-    index: int
-    body: Any
-
-    @property
-    def kind(self) -> str:
-        return str(self.body.get("kind", "")) if isinstance(self.body, dict) else ""
-
-    @property
-    def name(self) -> str:
-        meta = self.body.get("metadata") if isinstance(self.body, dict) else None
-        return str(meta.get("name", "")) if isinstance(meta, dict) else ""
-
-    @property
-    def where(self) -> str:
-        label = f"{self.kind or '?'}/{self.name or '?'}"
-        return f"{self.source}[{self.index}] {label}"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """An error or warning about one document."""
-
-    document: Document | None
-    field: str
-    message: str
-    severity: str = "error"
-
-    @property
-    def text(self) -> str:
-        """`file[doc] Kind/name: field.path: message`."""
-        where = self.document.where if self.document else "-"
-        field = f" {self.field}:" if self.field else ""
-        return f"{where}:{field} {self.message}"
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.text}"
-
-
-@dataclass
-class ManifestSet:
-    """Parsed ordo objects plus the other documents (Secrets) and every problem found."""
-
-    objects: list[tuple[Document, Resource]] = field(default_factory=list)
-    secrets: list[Document] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "warning"]
-
-
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-"""File names kustomize reads as a folder's kustomization."""
-_KUSTOMIZE_IGNORED = (
-    "patches",
-    "patchesStrategicMerge",
-    "patchesJson6902",
-    "configMapGenerator",
-    "secretGenerator",
-    "namespace",
-    "namePrefix",
-    "nameSuffix",
-    "commonLabels",
-    "labels",
-    "commonAnnotations",
-    "images",
-    "replacements",
-    "components",
+from .base import DNS1123_SUBDOMAIN
+from .manifest_checks import (
+    check_duplicates,
+    check_limits,
+    check_references,
+    check_skills,
+    references,
+)
+from .manifest_reader import (
+    KUSTOMIZATION_FILES,
+    MANIFEST_SUFFIXES,
+    Document,
+    ManifestSet,
+    Problem,
+    read_documents,
 )
 
-
-def _kustomization(folder: Path) -> Path | None:
-    for name in KUSTOMIZATION_FILES:
-        candidate = folder / name
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-class _Reader:
-    """Expands the paths given on the command line into (source, text) pairs: files as they
-    are, folders recursively, and a folder with a kustomization by its `resources:` list
-    (files and sub-folders, relative to the folder; a kustomization is never an ordo object).
-    What cannot be followed (remote resources, transformers) becomes a warning note."""
-
-    def __init__(self) -> None:
-        self.notes: list[Problem] = []
-        self._seen: set[Path] = set()
-
-    def note(self, source: str, message: str) -> None:
-        self.notes.append(Problem(Document(source, 0, None), "", message, severity="warning"))
-
-    def _file(self, path: Path) -> Iterator[tuple[str, str]]:
-        resolved = path.resolve()
-        if resolved in self._seen:
-            return  # the same file reached twice (given twice, or listed by a kustomization)
-        self._seen.add(resolved)
-        if path.name in KUSTOMIZATION_FILES:
-            yield from self._kustomize(path)
-            return
-        yield str(path), path.read_text()
-
-    def _folder(self, folder: Path) -> Iterator[tuple[str, str]]:
-        kustomization = _kustomization(folder)
-        if kustomization is not None:
-            yield from self._file(kustomization)
-            return
-        for child in sorted(folder.iterdir()):
-            if child.is_dir():
-                yield from self._folder(child)
-            elif child.suffix in MANIFEST_SUFFIXES:
-                yield from self._file(child)
-
-    def _kustomize(self, path: Path) -> Iterator[tuple[str, str]]:
-        source = str(path)
-        try:
-            body = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            self.notes.append(
-                Problem(Document(source, 0, None), "", f"invalid YAML in a kustomization: {exc}")
-            )
-            return
-        if not isinstance(body, dict):
-            self.note(source, "not a kustomization (expected a mapping); skipped")
-            return
-        ignored = [key for key in _KUSTOMIZE_IGNORED if body.get(key)]
-        if ignored:
-            self.note(
-                source,
-                "kustomization: only `resources` are read; "
-                + ", ".join(ignored)
-                + " not applied (to check the rendered objects: "
-                "`kubectl kustomize DIR | ordo validate -f -`)",
-            )
-        resources = body.get("resources") or []
-        if not isinstance(resources, list):
-            self.notes.append(
-                Problem(Document(source, 0, body), "resources", "expected a list of paths")
-            )
-            return
-        for entry in resources:
-            if not isinstance(entry, str) or not entry:
-                self.notes.append(
-                    Problem(Document(source, 0, body), "resources", f"not a path: {entry!r}")
-                )
-                continue
-            if "://" in entry or entry.startswith(("github.com/", "git@")):
-                self.note(source, f"remote resource {entry!r} not read")
-                continue
-            target = path.parent / entry
-            if target.is_dir():
-                yield from self._folder(target)
-            elif target.is_file():
-                yield from self._file(target)
-            else:
-                self.notes.append(
-                    Problem(
-                        Document(source, 0, body),
-                        "resources",
-                        f"{entry!r}: no such file or folder (relative to {path.parent})",
-                    )
-                )
-
-    def expand(self, paths: Iterable[str]) -> Iterator[tuple[str, str]]:
-        for raw in paths:
-            if raw == "-":
-                yield "<stdin>", sys.stdin.read()
-                continue
-            path = Path(raw)
-            if path.is_dir():
-                yield from self._folder(path)
-            elif path.exists():
-                yield from self._file(path)
-            else:
-                raise FileNotFoundError(f"{raw}: no such file or directory")
-
-
-def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]:
-    """Split every file into documents; YAML syntax errors become problems."""
-    docs: list[Document] = []
-    problems: list[Problem] = []
-    reader = _Reader()
-    for source, text in reader.expand(paths):
-        try:
-            bodies = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            problems.append(Problem(Document(source, 0, None), "", f"invalid YAML: {exc}"))
-            continue
-        index = 0
-        for body in bodies:
-            if body is None:
-                continue
-            if isinstance(body, dict) and body.get("kind") == "List":
-                items = body.get("items") or []
-                if not isinstance(items, list):
-                    problems.append(
-                        Problem(Document(source, index, body), "items", "expected a list")
-                    )
-                    continue
-                for item in items:
-                    docs.append(Document(source, index, item))
-                    index += 1
-                continue
-            docs.append(Document(source, index, body))
-            index += 1
-    return docs, reader.notes + problems
+__all__ = [
+    "KUSTOMIZATION_FILES",
+    "MANIFEST_SUFFIXES",
+    "OBJECT_META_FIELDS",
+    "Document",
+    "ManifestSet",
+    "Problem",
+    "check_duplicates",
+    "check_limits",
+    "check_references",
+    "check_skills",
+    "is_secret",
+    "load",
+    "parse_document",
+    "read_documents",
+    "references",
+]
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -406,145 +220,3 @@ def load(paths: Iterable[str]) -> ManifestSet:
     result.problems.extend(check_limits(result))
     result.problems.extend(check_skills(result))
     return result
-
-
-def check_duplicates(mset: ManifestSet) -> list[Problem]:
-    """Two documents that define the same kind/namespace/name differently: an error naming
-    both (which one would win depends on file order). The same object twice, identical, is
-    harmless (example folders share objects) and not reported."""
-    first: dict[tuple[str, str, str], tuple[Document, Any]] = {}
-    entries: list[tuple[tuple[str, str, str], Document, Any]] = [
-        ((obj.kind, obj.namespace, obj.name), doc, obj.to_dict()) for doc, obj in mset.objects
-    ]
-    for doc in mset.secrets:
-        meta = doc.body.get("metadata") or {}
-        ns = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
-        entries.append((("Secret", str(ns), doc.name), doc, doc.body))
-    problems = []
-    for key, doc, body in entries:
-        seen = first.setdefault(key, (doc, body))
-        other, other_body = seen
-        if other is doc or body == other_body:
-            continue
-        kind, ns, name = key
-        problems.append(
-            Problem(
-                doc,
-                "metadata.name",
-                f"{kind} {ns}/{name} is defined twice, differently: here and in "
-                f"{other.source}[{other.index}]; keep one",
-            )
-        )
-    return problems
-
-
-def check_skills(mset: ManifestSet) -> list[Problem]:
-    """A Task's `skill` must be one of its Agent's `skills` when that Agent is in the set
-    (the run would fail with InvalidSpec before any model call)."""
-    from .agent import Agent
-    from .task import Task
-
-    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
-    problems = []
-    for doc, obj in mset.objects:
-        if not isinstance(obj, Task) or obj.spec.skill is None:
-            continue
-        agent = agents.get((obj.namespace, obj.spec.agent_ref))
-        if agent is None:
-            continue
-        names = [s.name for s in agent.spec.skills or []]
-        if obj.spec.skill not in names:
-            has = ", ".join(names) if names else "none"
-            problems.append(
-                Problem(
-                    doc,
-                    "spec.skill",
-                    f"Agent {agent.name!r} has no skill {obj.spec.skill!r} (its skills: {has})",
-                )
-            )
-    return problems
-
-
-def check_references(mset: ManifestSet) -> list[Problem]:
-    """Warn about references to objects that are not in the set (they may exist in the cluster)."""
-    present: set[tuple[str, str, str]] = set()
-    for _, obj in mset.objects:
-        present.add((obj.kind, obj.namespace, obj.name))
-
-    problems = []
-    for doc, obj in mset.objects:
-        for field_path, kind, name in references(obj):
-            if (kind, obj.namespace, name) not in present:
-                problems.append(
-                    Problem(
-                        doc,
-                        field_path,
-                        f"{kind} {name!r} is not in the given manifests "
-                        f"(fine if it already exists in namespace {obj.namespace!r})",
-                        severity="warning",
-                    )
-                )
-    return problems
-
-
-def check_limits(mset: ManifestSet) -> list[Problem]:
-    """Warn where a Task's limits are wider than its Agent's in the same set: limits only
-    narrow, so the run takes the smaller value and the Task's wider one has no effect."""
-    from .agent import Agent
-    from .task import Task
-
-    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
-    problems = []
-    for doc, obj in mset.objects:
-        if not isinstance(obj, Task) or obj.spec.limits is None:
-            continue
-        agent = agents.get((obj.namespace, obj.spec.agent_ref))
-        if agent is None:
-            continue
-        wanted, bound = obj.spec.limits, agent.spec.limits
-        wider: list[tuple[str, str]] = []
-        if wanted.max_steps is not None and wanted.max_steps > bound.max_steps:
-            wider.append(("maxSteps", str(bound.max_steps)))
-        if wanted.timeout is not None and parse_duration(wanted.timeout) > parse_duration(
-            bound.timeout
-        ):
-            wider.append(("timeout", bound.timeout))
-        if (
-            wanted.max_tokens is not None
-            and bound.max_tokens is not None
-            and wanted.max_tokens > bound.max_tokens
-        ):
-            wider.append(("maxTokens", str(bound.max_tokens)))
-        for name, value in wider:
-            problems.append(
-                Problem(
-                    doc,
-                    f"spec.limits.{name}",
-                    f"limits only narrow: the Agent's {name} {value} applies "
-                    f"(Agent {agent.name!r})",
-                    severity="warning",
-                )
-            )
-    return problems
-
-
-def references(obj: Resource) -> list[tuple[str, str, str]]:
-    """(field path, kind, name) of every reference an object makes to another ordo object."""
-    from .agent import Agent
-    from .rbac import ToolPermission
-    from .task import Task
-
-    refs: list[tuple[str, str, str]] = []
-    if isinstance(obj, Agent):
-        refs.append(("spec.modelRef", "ModelEndpoint", obj.spec.model_ref))
-        for i, tool in enumerate(obj.spec.tools or []):
-            refs.append((f"spec.tools[{i}]", "Tool", tool))
-        for i, role in enumerate(obj.spec.roles or []):
-            refs.append((f"spec.roles[{i}]", "AgentRole", role))
-        if obj.spec.memory and obj.spec.memory.ref:
-            refs.append(("spec.memory.ref", "Memory", obj.spec.memory.ref))
-    elif isinstance(obj, Task):
-        refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
-    elif isinstance(obj, ToolPermission):
-        refs.append(("spec.toolRef", "Tool", obj.spec.tool_ref))
-    return refs

@@ -1,0 +1,155 @@
+"""Checks across a set of manifests, after each document parsed: duplicate definitions,
+references to objects not in the set, a Task's limits wider than its Agent's, a Task's skill
+its Agent does not have. `references` lists what one object refers to (also used by the
+operator's Ready verdicts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import Resource
+from .base import parse_duration
+from .manifest_reader import Document, ManifestSet, Problem
+
+
+def check_duplicates(mset: ManifestSet) -> list[Problem]:
+    """Two documents that define the same kind/namespace/name differently: an error naming
+    both (which one would win depends on file order). The same object twice, identical, is
+    harmless (example folders share objects) and not reported."""
+    first: dict[tuple[str, str, str], tuple[Document, Any]] = {}
+    entries: list[tuple[tuple[str, str, str], Document, Any]] = [
+        ((obj.kind, obj.namespace, obj.name), doc, obj.to_dict()) for doc, obj in mset.objects
+    ]
+    for doc in mset.secrets:
+        meta = doc.body.get("metadata") or {}
+        ns = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
+        entries.append((("Secret", str(ns), doc.name), doc, doc.body))
+    problems = []
+    for key, doc, body in entries:
+        seen = first.setdefault(key, (doc, body))
+        other, other_body = seen
+        if other is doc or body == other_body:
+            continue
+        kind, ns, name = key
+        problems.append(
+            Problem(
+                doc,
+                "metadata.name",
+                f"{kind} {ns}/{name} is defined twice, differently: here and in "
+                f"{other.source}[{other.index}]; keep one",
+            )
+        )
+    return problems
+
+
+def check_skills(mset: ManifestSet) -> list[Problem]:
+    """A Task's `skill` must be one of its Agent's `skills` when that Agent is in the set
+    (the run would fail with InvalidSpec before any model call)."""
+    from .agent import Agent
+    from .task import Task
+
+    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
+    problems = []
+    for doc, obj in mset.objects:
+        if not isinstance(obj, Task) or obj.spec.skill is None:
+            continue
+        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        if agent is None:
+            continue
+        names = [s.name for s in agent.spec.skills or []]
+        if obj.spec.skill not in names:
+            has = ", ".join(names) if names else "none"
+            problems.append(
+                Problem(
+                    doc,
+                    "spec.skill",
+                    f"Agent {agent.name!r} has no skill {obj.spec.skill!r} (its skills: {has})",
+                )
+            )
+    return problems
+
+
+def check_references(mset: ManifestSet) -> list[Problem]:
+    """Warn about references to objects that are not in the set (they may exist in the cluster)."""
+    present: set[tuple[str, str, str]] = set()
+    for _, obj in mset.objects:
+        present.add((obj.kind, obj.namespace, obj.name))
+
+    problems = []
+    for doc, obj in mset.objects:
+        for field_path, kind, name in references(obj):
+            if (kind, obj.namespace, name) not in present:
+                problems.append(
+                    Problem(
+                        doc,
+                        field_path,
+                        f"{kind} {name!r} is not in the given manifests "
+                        f"(fine if it already exists in namespace {obj.namespace!r})",
+                        severity="warning",
+                    )
+                )
+    return problems
+
+
+def check_limits(mset: ManifestSet) -> list[Problem]:
+    """Warn where a Task's limits are wider than its Agent's in the same set: limits only
+    narrow, so the run takes the smaller value and the Task's wider one has no effect."""
+    from .agent import Agent
+    from .task import Task
+
+    agents = {(obj.namespace, obj.name): obj for _, obj in mset.objects if isinstance(obj, Agent)}
+    problems = []
+    for doc, obj in mset.objects:
+        if not isinstance(obj, Task) or obj.spec.limits is None:
+            continue
+        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        if agent is None:
+            continue
+        wanted, bound = obj.spec.limits, agent.spec.limits
+        wider: list[tuple[str, str]] = []
+        if wanted.max_steps is not None and wanted.max_steps > bound.max_steps:
+            wider.append(("maxSteps", str(bound.max_steps)))
+        if wanted.timeout is not None and parse_duration(wanted.timeout) > parse_duration(
+            bound.timeout
+        ):
+            wider.append(("timeout", bound.timeout))
+        if (
+            wanted.max_tokens is not None
+            and bound.max_tokens is not None
+            and wanted.max_tokens > bound.max_tokens
+        ):
+            wider.append(("maxTokens", str(bound.max_tokens)))
+        for name, value in wider:
+            problems.append(
+                Problem(
+                    doc,
+                    f"spec.limits.{name}",
+                    f"limits only narrow: the Agent's {name} {value} applies "
+                    f"(Agent {agent.name!r})",
+                    severity="warning",
+                )
+            )
+    return problems
+
+
+def references(obj: Resource) -> list[tuple[str, str, str]]:
+    """(field path, kind, name) of every reference an object makes to another ordo object."""
+    from .agent import Agent
+    from .rbac import ToolPermission
+    from .task import Task
+
+    refs: list[tuple[str, str, str]] = []
+    if isinstance(obj, Agent):
+        refs.append(("spec.modelRef", "ModelEndpoint", obj.spec.model_ref))
+        for i, tool in enumerate(obj.spec.tools or []):
+            refs.append((f"spec.tools[{i}]", "Tool", tool))
+        for i, role in enumerate(obj.spec.roles or []):
+            refs.append((f"spec.roles[{i}]", "AgentRole", role))
+        if obj.spec.memory and obj.spec.memory.ref:
+            refs.append(("spec.memory.ref", "Memory", obj.spec.memory.ref))
+    elif isinstance(obj, Task):
+        refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
+    elif isinstance(obj, ToolPermission):
+        refs.append(("spec.toolRef", "Tool", obj.spec.tool_ref))
+    return refs
