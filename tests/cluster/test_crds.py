@@ -134,7 +134,7 @@ spec: {agentRef: plain}
     )
     assert agent["spec"]["limits"] == {"maxSteps": 10, "timeout": "5m"}
     header = control_plane.kubectl("get", "tasks", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "AGENT", "PHASE", "REASON", "STEPS", "TOKENS", "AGE"]
+    assert header == ["NAME", "AGENT", "PHASE", "REASON", "STEPS", "TOKENS", "MODE", "AGE"]
     header = control_plane.kubectl("get", "agents", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "MODEL", "TOOLS", "READY", "AGE"]
     short = control_plane.kubectl("get", "otask,agt", "-n", namespace, "-o", "name").stdout.split()
