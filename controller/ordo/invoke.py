@@ -42,6 +42,8 @@ EXIT_TIMEOUT = 4
 """`--timeout` reached while waiting: the Task is left running."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (SIGINT): the Task was cancelled (or left running, if you said so) and waited for."""
+EXIT_TERMINATED = 143
+"""SIGTERM (a CI system stopping the job): the Task was cancelled without asking, waited for."""
 
 EXIT_CODES = f"""\
 exit codes:
@@ -51,6 +53,7 @@ exit codes:
   {EXIT_CANCELLED}    the Task was Cancelled (spec.cancel) or deleted
   {EXIT_TIMEOUT}    --timeout reached while waiting (the Task keeps running; its name is printed)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); without a TTY the Task is cancelled first
+  {EXIT_TERMINATED}  terminated (SIGTERM, e.g. a CI job stopped): the Task is cancelled first
 
 Ctrl-C asks "cancel Task X? [y/N]" when stdin is a terminal; without one (CI) it cancels
 the Task (sets spec.cancel), waits for it to end and exits {EXIT_INTERRUPTED}. A second Ctrl-C
@@ -235,8 +238,16 @@ class Invocation:
     ) -> int:
         loop = asyncio.get_running_loop()
         interrupted = asyncio.Event()
+        terminated = False
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            interrupted.set()
+
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, interrupted.set)
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         final: dict[str, Any] | None = None
         progress = Progress()
 
@@ -274,8 +285,9 @@ class Invocation:
                 interrupted.clear()
                 if cancelled:
                     self.note(f"stopped waiting; task/{name} was asked to cancel")
-                    return EXIT_INTERRUPTED
-                confirmed = not self.interactive or await self._confirm(name)
+                    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+                # SIGTERM (a stopped CI job) cancels without asking: nobody is there to answer.
+                confirmed = terminated or not self.interactive or await self._confirm(name)
                 interrupted.clear()
                 if not confirmed:
                     self.note(f"task/{name} keeps running; waiting (Ctrl-C again to ask)")
@@ -289,13 +301,18 @@ class Invocation:
                 await follower
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
         if final is None:
             self.note(f"task/{name} was deleted before it ended")
-            return EXIT_INTERRUPTED if cancelled else EXIT_CANCELLED
+            if cancelled:
+                return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+            return EXIT_CANCELLED
         status = final.get("status") or {}
         self.note(f"task/{name} {summary(status)}")
         self._print(status)
-        return EXIT_INTERRUPTED if cancelled else exit_code(status.get("phase"))
+        if cancelled:
+            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        return exit_code(status.get("phase"))
 
     async def _confirm(self, name: str) -> bool:
         print(f"\ncancel Task {name}? [y/N] ", end="", file=self.err, flush=True)

@@ -215,9 +215,16 @@ def test_timeout_exits_4_and_leaves_the_task_running(
     assert not task["spec"].get("cancel")
 
 
-def test_sigint_without_tty_cancels_and_exits_130(
-    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_without_tty_cancels_the_task_and_exits(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+    sig: signal.Signals,
+    code: int,
 ) -> None:
+    """Ctrl-C without a TTY, or SIGTERM (a CI system stopping the job), cancels the Task
+    instead of leaving it running."""
     apply(control_plane, namespace, SLOW)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ordo.cli", "invoke", "slow-agent", "-n", namespace],
@@ -236,13 +243,13 @@ def test_sigint_without_tty_cancels_and_exits_130(
             return None
 
         name = wait_for(running, timeout=60, what="the invoked Task to run")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     assert f"cancelling task/{name}" in stderr
     assert f"task/{name} Cancelled" in stderr
     assert stdout == ""
