@@ -11,6 +11,9 @@ Failures of the job itself are bounded: a transient Kubernetes API failure (tran
 `Failed/InternalError`. A run never fails into a retry: `execute` always returns an outcome,
 so no model request is ever repeated because the operator stumbled. A periodic `sweep` picks
 up Tasks whose job gave up on transient errors.
+
+Waiting for capacity is in capacity.py; the steps of execution mode Job (record the mode,
+start and supervise the Task's batch Job) are in jobmode.py.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import contextlib
 import dataclasses
 import logging
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +34,10 @@ from ..api.agent import ExecutionMode
 from ..errors import validation_problem
 from ..runtime import ModelFactory, TaskOutcome, default_model_factory, internal_error
 from . import logs
-from .claim import Claim, Claimer
-from .conditions import set_condition
-from .jobs import JobGone, JobSettings, JobSupervisor, runs_in_job, select_mode
+from .capacity import acquire, mark_waiting
+from .claim import Claimer
+from .jobmode import NO_RUNNER_IMAGE, record_mode, resume_supervision, run_in_job
+from .jobs import JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
 from .metrics import Metrics
 from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
@@ -281,8 +284,8 @@ class TaskScheduler:
                 return
             must_wait = self._capacity.locked()
             if must_wait and not job.cancel.is_set():
-                await self._mark_waiting(body)
-            acquired = await self._acquire(job.cancel)
+                await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
+            acquired = await acquire(self._capacity, job.cancel)
             self.metrics.pending.dec()
             waiting = False
             try:
@@ -301,40 +304,6 @@ class TaskScheduler:
             if waiting:
                 self.metrics.pending.dec()
 
-    async def _acquire(self, cancel: asyncio.Event) -> bool:
-        """Wait for capacity, or for a cancel request (which needs no capacity)."""
-        if cancel.is_set():
-            return False
-        acquire = asyncio.ensure_future(self._capacity.acquire())
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-            if not acquire.done():
-                acquire.cancel()
-        return acquire.done() and not acquire.cancelled()
-
-    async def _mark_waiting(self, body: dict[str, Any]) -> None:
-        if (body.get("status") or {}).get("phase") not in (None, "Pending"):
-            return
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        limit = self.settings.max_concurrent_tasks
-        conditions = set_condition(
-            (body.get("status") or {}).get("conditions"),
-            "Scheduled",
-            "False",
-            "WaitingForCapacity",
-            f"{limit} Task(s) are running, the limit of this operator (--max-concurrent-tasks {limit})",
-        )
-        await self.client.patch(
-            "Task",
-            namespace,
-            name,
-            {"status": {"phase": "Pending", "conditions": conditions}},
-            status=True,
-        )
-
     async def _process(self, body: dict[str, Any], job: Job) -> None:
         namespace = body["metadata"]["namespace"]
         phase = (body.get("status") or {}).get("phase")
@@ -351,19 +320,10 @@ class TaskScheduler:
             )
             return
         if runs_in_job(body):
-            try:
-                await self.jobs.supervise(
-                    body, body["status"].get("executionId", ""), job.wake, job.cancel
-                )
+            fresh = await resume_supervision(self.jobs, self.claimer, body, job.wake, job.cancel)
+            if fresh is None:
                 return
-            except JobGone:
-                log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
-                fresh = await self.claimer.wait_for_other_holder(
-                    namespace, body["metadata"]["name"]
-                )
-                if fresh is None:
-                    return
-                body, phase = fresh, (fresh.get("status") or {}).get("phase")
+            body, phase = fresh, (fresh.get("status") or {}).get("phase")
         if job.cancel.is_set():
             await self.writer.finish(
                 body, TaskOutcome("Cancelled", "Cancelled", "cancelled before it started")
@@ -377,15 +337,7 @@ class TaskScheduler:
             (body.get("status") or {}).get("executionMode"),
         )
         if mode == "Job" and not self.settings.job.image:
-            await self.writer.finish(
-                body,
-                TaskOutcome(
-                    "Failed",
-                    "InvalidSpec",
-                    "the Agent asks for execution mode Job, but this operator has no runner "
-                    "image (ordo operator --job-image; Helm value jobs.image)",
-                ),
-            )
+            await self.writer.finish(body, NO_RUNNER_IMAGE)
             return
 
         resuming = phase == "Running"
@@ -407,56 +359,12 @@ class TaskScheduler:
             claim = await self.claimer.claim(body, resuming)
         if claim is None:
             return
-        claim = await self._record_mode(claim, mode)
+        claim = await record_mode(self.client, claim, mode)
         if mode == "Job":
-            await self._run_in_job(claim, agent, job)
-        else:
-            await self.runner.run(claim, task, job.cancel)
-
-    async def _record_mode(self, claim: Claim, mode: ExecutionMode) -> Claim:
-        """Write `status.executionMode` right after the claim (fenced by its executionId)."""
-        meta = claim.body["metadata"]
-        try:
-            updated = await self.client.patch_status_fenced(
-                "Task", meta["namespace"], meta["name"], claim.execution_id, {"executionMode": mode}
+            fresh = await run_in_job(
+                self.client, self.writer, self.jobs, claim, agent, job.wake, job.cancel
             )
-        except BaseException:
-            await claim.lease.release()
-            raise
-        return dataclasses.replace(claim, body=updated)
-
-    async def _run_in_job(self, claim: Claim, agent: dict[str, Any] | None, job: Job) -> None:
-        """Create the Task's Job, hand the execution lease over to its pod, and supervise it
-        while holding this Task's capacity slot."""
-        started = time.monotonic()
-        logs.bind(executionId=claim.execution_id)
-        try:
-            await self.jobs.start(claim.body, agent, claim.execution_id)
-        except ApiError as exc:
-            if exc.transient or exc.conflict:
-                raise
-            # Refused for good (invalid resources in the Agent, a quota, an admission
-            # policy): the Task cannot run in a Job; say why instead of InternalError.
-            await self.writer.finish(
-                claim.body,
-                TaskOutcome(
-                    "Failed",
-                    "InvalidSpec",
-                    f"the API server refused the Task's Job ({exc.message}); check the Agent's "
-                    "spec.execution.resources and the namespace's quotas and policies",
-                ),
-                execution_id=claim.execution_id,
-                started=started,
-            )
-            return
-        finally:
-            # The pod takes the lease under its own name; ours only covered the claim.
-            await claim.lease.release()
-        try:
-            await self.jobs.supervise(claim.body, claim.execution_id, job.wake, job.cancel, started)
-        except JobGone:
-            log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
-            meta = claim.body["metadata"]
-            fresh = await self.client.get("Task", meta["namespace"], meta["name"])
             if fresh is not None:
                 await self._process(fresh, job)
+        else:
+            await self.runner.run(claim, task, job.cancel)
