@@ -440,8 +440,8 @@ ALL_OPTIONS: dict[str, Any] = {
 
 @pytest.mark.parametrize(
     "values",
-    [{}, {"watchNamespaces": ["team-a", "team-b"]}, ALL_OPTIONS],
-    ids=["defaults", "namespaced", "all-options"],
+    [{}, {"watchNamespaces": ["team-a", "team-b"]}, ALL_OPTIONS, {"image": {"tag": 1}}],
+    ids=["defaults", "namespaced", "all-options", "numeric-tag"],
 )
 def test_helm_lint_is_clean(tmp_path: Path, values: dict[str, Any]) -> None:
     values_file = tmp_path / "values.yaml"
@@ -456,6 +456,9 @@ def test_helm_rejects_values_outside_the_schema(tmp_path: Path) -> None:
         ["--set", "operator.maxConcurrentTasks=0"],
         ["--set", "watchNamespaces={Team_A}"],
         ["--set", "unknownKey=1"],
+        ["--set", "operator.resyncSeconds=0"],
+        ["--set", "resources.requests.cpu=lots"],
+        ["--set", "operator.extraArgs={--not-a-flag}"],
     ):
         result = helm(tmp_path, "template", "ordo", str(CHART), *args, check=False)
         assert result.returncode != 0 and "schema" in result.stderr, (args, result.stderr)

@@ -204,6 +204,12 @@ def test_values_yaml_satisfies_its_schema() -> None:
         (("imagePullSecrets",), ["regcred"]),
         (("serviceMonitor", "enabeld"), True),
         (("replicas",), 2),
+        (("image", "tag"), 1.1),
+        (("operator", "resyncSeconds"), 0),
+        (("operator", "extraArgs"), ["--log-level=DEBUG"]),
+        (("resources",), {"requests": {"cpu": "lots"}}),
+        (("resources",), {"requests": {"gpu": 1}}),
+        (("jobs", "resources"), {"limits": {"ephemeral-storage": "1Gi"}}),
     ],
 )
 def test_values_schema_rejects(path: tuple[str, ...], value: object) -> None:

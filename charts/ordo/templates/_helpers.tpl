@@ -47,11 +47,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "ordo.fullname" .) .Values.peering.name -}}
 {{- end -}}
 
+{{/*
+An image tag as text, from (list TAG APPVERSION): empty means APPVERSION. A number is written
+in full: `--set image.tag=1` gives an int64, a values file's `tag: 20240101` a float64 that
+printf would write as 2.0240101e+07 (the schema admits whole numbers only).
+*/}}
+{{- define "ordo.tag" -}}
+{{- $tag := index . 0 -}}
+{{- if kindIs "float64" $tag -}}
+{{- $tag = int64 $tag -}}
+{{- end -}}
+{{- if or (kindIs "int64" $tag) (kindIs "int" $tag) -}}
+{{- toString $tag -}}
+{{- else -}}
+{{- default (index . 1) $tag | toString -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "ordo.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" .Values.image.repository (include "ordo.tag" (list .Values.image.tag .Chart.AppVersion)) -}}
 {{- end -}}
 {{- end -}}
 
@@ -148,7 +165,7 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
 {{- else if $img.digest -}}
 {{- printf "%s@%s" $img.repository $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) -}}
+{{- printf "%s:%s" $img.repository (include "ordo.tag" (list $img.tag .Chart.AppVersion)) -}}
 {{- end -}}
 {{- end -}}
 
