@@ -137,7 +137,9 @@ class Claimer:
         log.warning("could not claim the Task after repeated conflicts or API errors")
         if lease is not None:
             await lease.release()
-        return None
+        # Not a verdict on the Task: a transient failure, so the job tries again with backoff
+        # (returning None would leave the Task Pending until some other event arrives).
+        raise ApiError(0, "ClaimNotSettled", "the claim did not settle; trying again")
 
     @staticmethod
     def _claim_patch(body: dict[str, Any], execution_id: str, resuming: bool) -> dict[str, Any]:

@@ -136,16 +136,18 @@ async def _resync_loop(state: OperatorState, interval: float) -> None:
     Kubernetes API outage is picked up again once the API answers)."""
     while True:
         await asyncio.sleep(interval)
-        if state.readiness is not None:
-            try:
-                await state.readiness.resync()
-            except Exception:
-                log.exception("readiness resync failed")
+        # The sweep first: it is cheap (one list per namespace), and a readiness resync that
+        # probes many endpoints must not delay picking up a stranded Task.
         if state.scheduler is not None:
             try:
                 await state.scheduler.sweep()
             except Exception:
                 log.exception("task sweep failed")
+        if state.readiness is not None:
+            try:
+                await state.readiness.resync()
+            except Exception:
+                log.exception("readiness resync failed")
 
 
 @kopf.on.cleanup()
