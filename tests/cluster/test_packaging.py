@@ -725,12 +725,13 @@ def test_namespaced_identity_is_refused_for_real(
         result = as_operator(*args)
         assert result.returncode != 0 and "forbidden" in result.stderr.lower(), (args, result)
     # It may not create, edit or delete ordo objects: it only patches a Task's finalizers and
-    # the status of its kinds. (The operator is not running here: the probe stays untouched.)
+    # the status of its kinds, and deletes finished Tasks whose TTL passed (retention). (The
+    # operator is not running here: the probe stays untouched.)
     ns = namespaced.watched[1]
     apply(control_plane, ns, PROBE)
     for args, body in (
         (("patch", "agent", "probe-agent", "-n", ns, "--type=merge", "-p", '{"spec":{}}'), None),
-        (("delete", "task", "probe", "-n", ns), None),
+        (("delete", "agent", "probe-agent", "-n", ns), None),
         (("create", "-n", ns, "-f", "-"), PROBE.replace("name: probe", "name: probe-2")),
         (("annotate", "agent", "probe-agent", "-n", ns, "x=y"), None),
     ):
