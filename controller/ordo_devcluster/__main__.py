@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
-from ordo_devcluster import BIN_ENV, ControlPlane, ControlPlaneError
+from ordo_devcluster import BIN_ENV, ControlPlane
+from ordo_devcluster.serving import serve_until_stopped
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,43 +54,24 @@ def main(argv: list[str] | None = None) -> int:
 
         return node_main(argv[1:])
     args = _parser().parse_args(argv)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-        # Also interrupt a start that is still in progress; stop() then runs in start().
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-
-    try:
-        control_plane = ControlPlane(
+    return serve_until_stopped(
+        lambda: ControlPlane(
             crds=args.crds,
             kubeconfig=args.kubeconfig,
             bin_dir=args.bin,
             start_timeout=args.timeout,
             keep_workdir=args.keep_workdir,
-        )
-        with control_plane:
-            print(f"control plane ready: {control_plane.server}", flush=True)
-            print(f"kubeconfig: {control_plane.kubeconfig}", flush=True)
-            print(f"kubectl:    {control_plane.binaries / 'kubectl'}", flush=True)
-            print(f"pids:       {control_plane.pids}", flush=True)
-            print(f"workdir:    {control_plane.workdir}", flush=True)
-            print(f"export KUBECONFIG={shlex.quote(str(control_plane.kubeconfig))}", flush=True)
-            print("press Ctrl-C to stop", flush=True)
-            while not stop.wait(1.0):
-                if not control_plane.running:
-                    print("a control-plane process exited; stopping", file=sys.stderr)
-                    return 1
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
-        return 0
-    except ControlPlaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        ),
+        lambda cp: [
+            f"control plane ready: {cp.server}",
+            f"kubeconfig: {cp.kubeconfig}",
+            f"kubectl:    {cp.binaries / 'kubectl'}",
+            f"pids:       {cp.pids}",
+            f"workdir:    {cp.workdir}",
+            f"export KUBECONFIG={shlex.quote(str(cp.kubeconfig))}",
+        ],
+        "control-plane",
+    )
 
 
 if __name__ == "__main__":

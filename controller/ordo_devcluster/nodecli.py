@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
-import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
-from ordo_devcluster.errors import ControlPlaneError
 from ordo_devcluster.node import NodeCluster
 from ordo_devcluster.nodestate import sweep_stale_nodes
+from ordo_devcluster.serving import serve_until_stopped
 
 __all__ = ["main"]
 
@@ -48,38 +44,21 @@ def main(argv: list[str]) -> int:
         cleaned = sweep_stale_nodes(all_nodes=args.all)
         print(f"cleaned {len(cleaned)} node(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
         return 0
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-    try:
-        cluster = NodeCluster(
+    return serve_until_stopped(
+        lambda: NodeCluster(
             crds=args.crds,
             kubeconfig=args.kubeconfig,
             images=args.image,
             start_timeout=args.timeout,
             keep_workdir=args.keep_workdir,
-        )
-        with cluster:
-            print(f"node {cluster.node_name} ready: {cluster.server}", flush=True)
-            print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
-            print(f"kubectl:    {cluster.binaries / 'kubectl'}", flush=True)
-            print(f"images:     {cluster.busybox_image} (and any --image)", flush=True)
-            print(f"workdir:    {cluster.workdir}", flush=True)
-            print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig))}", flush=True)
-            print("press Ctrl-C to stop", flush=True)
-            while not stop.wait(1.0):
-                if not cluster.running:
-                    print("a node process exited; stopping", file=sys.stderr)
-                    return 1
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
-        return 0
-    except ControlPlaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        ),
+        lambda node: [
+            f"node {node.node_name} ready: {node.server}",
+            f"kubeconfig: {node.kubeconfig}",
+            f"kubectl:    {node.binaries / 'kubectl'}",
+            f"images:     {node.busybox_image} (and any --image)",
+            f"workdir:    {node.workdir}",
+            f"export KUBECONFIG={shlex.quote(str(node.kubeconfig))}",
+        ],
+        "node",
+    )
