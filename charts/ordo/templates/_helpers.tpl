@@ -35,6 +35,61 @@ app.kubernetes.io/part-of: ordo
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/*
+Operator shards as a JSON list of {name, namespaces, maxConcurrentTasks?, resources?}: the
+`shards` value, or one unnamed shard watching watchNamespaces (empty: all namespaces).
+*/}}
+{{- define "ordo.shards" -}}
+{{- if .Values.shards -}}
+{{- toJson .Values.shards -}}
+{{- else -}}
+{{- toJson (list (dict "name" "" "namespaces" .Values.watchNamespaces)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Every watched namespace as a JSON list (empty: all namespaces). */}}
+{{- define "ordo.watchedNamespaces" -}}
+{{- $all := list -}}
+{{- range fromJsonArray (include "ordo.shards" .) -}}
+{{- $all = concat $all .namespaces -}}
+{{- end -}}
+{{- toJson $all -}}
+{{- end -}}
+
+{{/* "true" when the operator watches listed namespaces (Roles), "" when all (ClusterRole). */}}
+{{- define "ordo.namespaced" -}}
+{{- if or .Values.watchNamespaces .Values.shards -}}true{{- end -}}
+{{- end -}}
+
+{{/* A name with the shard's suffix, from (list NAME SHARD): NAME-SHARD, or NAME unsharded. */}}
+{{- define "ordo.sharded" -}}
+{{- $name := index . 0 -}}
+{{- $shard := index . 1 -}}
+{{- if $shard.name -}}
+{{- printf "%s-%s" $name $shard.name -}}
+{{- else -}}
+{{- $name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of a shard's operator, from (list ROOT SHARD). */}}
+{{- define "ordo.shardServiceAccountName" -}}
+{{- $root := index . 0 -}}
+{{- if $root.Values.serviceAccount.create -}}
+{{- include "ordo.sharded" (list (include "ordo.serviceAccountName" $root) (index . 1)) -}}
+{{- else -}}
+{{- include "ordo.serviceAccountName" $root -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels of a shard's pods, from (list ROOT SHARD). */}}
+{{- define "ordo.shardSelectorLabels" -}}
+{{ include "ordo.selectorLabels" (index . 0) }}
+{{- with (index . 1).name }}
+ordo.dev/shard: {{ . }}
+{{- end }}
+{{- end -}}
+
 {{- define "ordo.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "ordo.fullname" .) .Values.serviceAccount.name -}}
@@ -169,13 +224,13 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
 {{- end -}}
 {{- end -}}
 
-{{/* Namespaces that get the runner ServiceAccount and Role: jobs.namespaces, else watchNamespaces. */}}
+{{/* Namespaces that get the runner ServiceAccount and Role: jobs.namespaces, else the watched ones. */}}
 {{- define "ordo.runnerNamespaces" -}}
-{{- toJson (default .Values.watchNamespaces .Values.jobs.namespaces) -}}
+{{- toJson (default (fromJsonArray (include "ordo.watchedNamespaces" .)) .Values.jobs.namespaces) -}}
 {{- end -}}
 
 {{- define "ordo.peeringRules" -}}
-{{- $kind := ternary "kopfpeerings" "clusterkopfpeerings" (gt (len .Values.watchNamespaces) 0) -}}
+{{- $kind := ternary "kopfpeerings" "clusterkopfpeerings" (eq (include "ordo.namespaced" .) "true") -}}
 - apiGroups: [kopf.dev]
   resources: [{{ $kind }}]
   verbs: [list, watch]
@@ -185,6 +240,10 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
   verbs: [get, patch]
 {{- end -}}
 
+{{/*
+Render-time checks the schema cannot express. Shards are safe by construction: a namespace
+in two shards would have two operators racing for its Tasks, so it is refused by name.
+*/}}
 {{- define "ordo.validate" -}}
 {{- $seen := dict -}}
 {{- range .Values.watchNamespaces -}}
@@ -192,6 +251,27 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
 {{- fail (printf "watchNamespaces lists %q twice" .) -}}
 {{- end -}}
 {{- $_ := set $seen . true -}}
+{{- end -}}
+{{- if and .Values.shards .Values.watchNamespaces -}}
+{{- fail "set either watchNamespaces (one operator) or shards (one operator per shard), not both" -}}
+{{- end -}}
+{{- $owner := dict -}}
+{{- $names := dict -}}
+{{- range $shard := .Values.shards -}}
+{{- if hasKey $names $shard.name -}}
+{{- fail (printf "shards: the name %q is used twice" $shard.name) -}}
+{{- end -}}
+{{- $_ := set $names $shard.name true -}}
+{{- $deployment := include "ordo.sharded" (list (include "ordo.fullname" $) $shard) -}}
+{{- if gt (len $deployment) 63 -}}
+{{- fail (printf "shards: %q makes the Deployment name %q longer than 63 characters; shorten the shard name or fullnameOverride" $shard.name $deployment) -}}
+{{- end -}}
+{{- range $ns := $shard.namespaces -}}
+{{- if hasKey $owner $ns -}}
+{{- fail (printf "shards: namespace %q is in shard %q and in shard %q; a namespace must belong to one shard only" $ns (get $owner $ns) $shard.name) -}}
+{{- end -}}
+{{- $_ := set $owner $ns $shard.name -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
