@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import TERMINAL_PHASES
+from ..api.agent import ExecutionMode
 from .conditions import now, set_condition
 from .kube import ApiError, KubeClient
 from .lease import ExecutionLease
+from .metrics import Metrics
 from .writer import FINALIZER
 
 CLAIM_ATTEMPTS = 5
@@ -32,10 +34,22 @@ class Claim:
 
 
 class Claimer:
-    def __init__(self, client: KubeClient, identity: str, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        identity: str,
+        lease_seconds: float,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.client = client
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.metrics = metrics
+        """Counts claim outcomes (`ordo_task_claims_total`): what replicas lose to each other."""
+
+    def _outcome(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.claims.labels(outcome).inc()
 
     def lease(self, body: dict[str, Any]) -> ExecutionLease:
         return ExecutionLease(self.client, body, self.identity, self.lease_seconds)
@@ -79,9 +93,12 @@ class Claimer:
                 return str(ometa["name"])
         return None
 
-    async def claim(self, body: dict[str, Any], resuming: bool) -> Claim | None:
-        """Add the finalizer, take the execution lease, and write the claim. None if another
-        process claimed or ended the Task meanwhile, or holds a live lease on it."""
+    async def claim(
+        self, body: dict[str, Any], resuming: bool, mode: ExecutionMode | None = None
+    ) -> Claim | None:
+        """Add the finalizer, take the execution lease, and write the claim (with
+        `status.executionMode` = `mode`, when given: one status write, not two). None if
+        another process claimed or ended the Task meanwhile, or holds a live lease on it."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         execution_id = uuid.uuid4().hex[:12]
@@ -103,22 +120,31 @@ class Claimer:
                     meta = body["metadata"]
                 status = body.get("status") or {}
                 if status.get("executionId") == execution_id:
+                    self._outcome("claimed")
                     return Claim(body, execution_id, lease or self.lease(body), resuming)
                 if status.get("phase") in TERMINAL_PHASES or (
                     status.get("phase") == "Running" and not resuming
                 ):
-                    return None  # someone else claimed or finished it meanwhile
+                    log.info("another process claimed or ended the Task first")
+                    self._outcome("lost")
+                    return None
                 if lease is None or not lease.valid():
                     # Held only once acquire() returned True: an acquire that raised (its
                     # create may or may not have landed) is simply tried again.
                     candidate = self.lease(body)
                     if not await candidate.acquire():
                         log.info("another process holds the Task's execution lease")
+                        self._outcome("held")
                         return None
                     lease = candidate
                 body = await self.client.patch(
-                    "Task", ns, name, self._claim_patch(body, execution_id, resuming), status=True
+                    "Task",
+                    ns,
+                    name,
+                    self._claim_patch(body, execution_id, resuming, mode),
+                    status=True,
                 )
+                self._outcome("claimed")
                 return Claim(body, execution_id, lease, resuming)
             except ApiError as exc:
                 if not (exc.conflict or exc.transient):
@@ -131,8 +157,11 @@ class Claimer:
                     return None
                 body, meta = fresh, fresh["metadata"]
                 if (fresh.get("status") or {}).get("executionId") == execution_id:
+                    self._outcome("claimed")
                     return Claim(fresh, execution_id, lease or self.lease(fresh), resuming)
                 if (fresh.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                    log.info("another process claimed or ended the Task first")
+                    self._outcome("lost")
                     return None
         log.warning("could not claim the Task after repeated conflicts or API errors")
         if lease is not None:
@@ -142,7 +171,9 @@ class Claimer:
         raise ApiError(0, "ClaimNotSettled", "the claim did not settle; trying again")
 
     @staticmethod
-    def _claim_patch(body: dict[str, Any], execution_id: str, resuming: bool) -> dict[str, Any]:
+    def _claim_patch(
+        body: dict[str, Any], execution_id: str, resuming: bool, mode: ExecutionMode | None
+    ) -> dict[str, Any]:
         meta = body["metadata"]
         status = body.get("status") or {}
         conditions = set_condition(
@@ -162,14 +193,14 @@ class Claimer:
         conditions = set_condition(
             conditions, "Ready", "False", "Running", "the run has not finished yet"
         )
-        return {
-            "metadata": {"resourceVersion": meta["resourceVersion"]},
-            "status": {
-                "phase": "Running",
-                "executionId": execution_id,
-                "startedAt": status.get("startedAt") or now(),
-                "observedGeneration": meta.get("generation"),
-                "conditions": conditions,
-                "step": status.get("step", 0),
-            },
+        fields: dict[str, Any] = {
+            "phase": "Running",
+            "executionId": execution_id,
+            "startedAt": status.get("startedAt") or now(),
+            "observedGeneration": meta.get("generation"),
+            "conditions": conditions,
+            "step": status.get("step", 0),
         }
+        if mode is not None:
+            fields["executionMode"] = mode
+        return {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": fields}

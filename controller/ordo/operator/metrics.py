@@ -87,6 +87,32 @@ class Metrics:
             registry=r,
         )
 
+        # -- the watch-fed cache (operator/cache.py) --
+        self.cache_synced = Gauge(
+            "ordo_cache_synced",
+            "1 when the operator's cache of this kind is synced in every watched namespace "
+            "(Tasks wait and /readyz fails while it is 0).",
+            ["kind"],
+            registry=r,
+        )
+        self.cache_watch_restarts = Counter(
+            "ordo_cache_watch_restarts_total",
+            "Restarts of the cache's watches: expired (410 Gone, relisted), error (an ERROR "
+            "event, relisted), failed (a list or watch request failed or broke; retried).",
+            ["kind", "reason"],
+            registry=r,
+        )
+
+        # -- claims (operator/claim.py): what replicas on the same namespaces lose to each other --
+        self.claims = Counter(
+            "ordo_task_claims_total",
+            "Claims of a Task for an execution by outcome: claimed (this process runs it), lost "
+            "(another process claimed or ended it first), held (another process holds its "
+            "execution lease).",
+            ["outcome"],
+            registry=r,
+        )
+
     def listener(self, namespace: str, agent: str, provider: str, model: str) -> RunMetrics:
         return RunMetrics(self, namespace, agent, provider, model)
 
