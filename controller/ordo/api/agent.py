@@ -170,6 +170,9 @@ class AgentSpec(OrdoModel):
 class AgentStatus(StatusBase):
     """Observed state of an Agent: `Ready` says whether every reference resolves."""
 
+    suspended_by: Annotated[str, Field(max_length=253)] | None = None
+    """The AgentPolicy (`spec.suspend: true`) that suspends the Agent now, if any."""
+
 
 class Agent(Resource):
     """An LLM agent: model, prompt, tools, roles, memory and limits."""

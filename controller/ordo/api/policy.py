@@ -10,6 +10,12 @@ from .base import CelRule, Name, OrdoModel, Resource, StatusBase, UniqueItems
 
 OnToolDenied = Literal["Fail", "ReturnError"]
 SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+ToolNames = Annotated[
+    list[Name],
+    Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    UniqueItems,
+]
+"""Tool object names (memory tools as `memory.<operation>`), a set."""
 
 
 class LabelSelectorRequirement(OrdoModel):
@@ -72,15 +78,15 @@ class AgentPolicySpec(OrdoModel):
         | None
     ) = None
     """If set, the Agent's ModelEndpoint `model` (or the endpoint's name) must be listed."""
-    blocked_tools: (
-        Annotated[
-            list[Name],
-            Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
-            UniqueItems,
-        ]
-        | None
-    ) = None
+    blocked_tools: ToolNames | None = None
     """Tools removed from every selected Agent; a call to one is denied."""
+    allowed_tools: ToolNames | None = None
+    """If set, the only tools the selected Agents may use (several policies intersect; memory
+    tools as `memory.<operation>`). A Task whose Agent lists another tool fails `ToolDenied`
+    before any model call; an empty list allows no tool at all."""
+    suspend: bool = False
+    """Kill switch: new Tasks of the selected Agents fail `AgentSuspended` before any model
+    call, and running ones stop at their next step boundary."""
     max_tokens_per_task: Annotated[int, Field(ge=1)] | None = None
     """Token budget of one Task; the smallest of all policies and the Agent's `maxTokens` applies."""
     max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None

@@ -45,6 +45,7 @@ Reason = Literal[
     "InternalError",
     "PodFailed",
     "ImageUnavailable",
+    "AgentSuspended",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 

@@ -9,6 +9,8 @@ wins:
    memory tool `memory_<op>` as `memory.<op>` in `blockedTools` (the DNS-1123 spelling of the
    model-visible name, as a Tool `web.search` is `web_search` to the model), `memory_<op>` is
    matched too;
+2b. every selecting AgentPolicy with `allowedTools` lists it, spelled the same way
+   (`NotAllowedByPolicy`); several allowlists intersect;
 3. every AgentRole the Agent lists exists (`RoleNotFound`);
 4. every ToolPermission naming the tool (for memory: `toolRef: memory.<op>`) is satisfied by the
    Agent's roles; with roles but no ToolPermission, a Tool needs `tool:<name>:invoke` and a
@@ -17,11 +19,15 @@ wins:
 
 Every Decision's reason is bounded (`REASON_MAX_CHARS`, the CRD's `toolCalls[].reason`) and
 single-line, so whatever a policy or an API error says, the status write fits.
+
+A run re-reads its governance at each step boundary (engine/livepolicy.py); the fresh
+Governance carries the start-time one in `within`, and a call must pass both: a change made
+mid-run can take a permission away, never add one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -106,10 +112,43 @@ class Governance:
     """The Memory object the Agent wires in (`spec.memory.ref`), if any."""
     memory_operations: frozenset[str] = frozenset()
     """The operations `memory.allow` offers (all five when unset); empty without a Memory."""
+    allowlists: tuple[tuple[str, frozenset[str]], ...] = ()
+    """(policy name, its `allowedTools`) for every selecting policy that sets one, by name."""
+    within: Governance | None = None
+    """The governance this one narrows (the run's start-time one): it must allow a call too."""
 
     @property
     def effective_tools(self) -> frozenset[str]:
-        return self.candidate_tools - self.blocked_by.keys()
+        return frozenset(
+            t
+            for t in self.candidate_tools - self.blocked_by.keys()
+            if self._disallowing_policy((t,)) is None
+        )
+
+    def offers(self, tool: str, *, builtin: bool = False) -> bool:
+        """Whether a bound tool may still be offered to the model: not blocked, and inside
+        every allowlist (here and in `within`). Permissions are decided per call."""
+        names: tuple[str, ...] = (tool,)
+        if builtin:
+            op = memory_operation(tool)
+            if op is None:
+                return False
+            names = memory_policy_names(op)
+        if any(n in self.blocked_by for n in names) or self._disallowing_policy(names):
+            return False
+        return self.within is None or self.within.offers(tool, builtin=builtin)
+
+    def narrowed_by(self, fresh: Governance) -> Governance:
+        """`fresh` (re-read mid-run) checked against this start-time governance as well."""
+        base = self if self.within is None else self.within
+        return replace(fresh, within=base)
+
+    def _disallowing_policy(self, names: tuple[str, ...]) -> str | None:
+        """The first policy whose allowlist names none of `names`, or None."""
+        for policy, allowed in self.allowlists:
+            if not any(n in allowed for n in names):
+                return policy
+        return None
 
     @property
     def effective_memory_operations(self) -> tuple[str, ...]:
@@ -120,12 +159,21 @@ class Governance:
         return tuple(
             op
             for op in MEMORY_OPERATIONS
-            if op in self.memory_operations and self._blocking_policy(op) is None
+            if op in self.memory_operations
+            and self._blocking_policy(op) is None
+            and self._disallowing_policy(memory_policy_names(op)) is None
         )
 
     def decide(self, tool: str, *, builtin: bool = False) -> Decision:
         """Decide one call. `tool` is the Tool object name, or, with `builtin=True`, the
-        name of a built-in memory tool (`memory_<op>`)."""
+        name of a built-in memory tool (`memory_<op>`). With `within`, both must allow it."""
+        decision = self._decide_here(tool, builtin=builtin)
+        if not decision.allowed or self.within is None:
+            return decision
+        earlier = self.within.decide(tool, builtin=builtin)
+        return decision if earlier.allowed else earlier
+
+    def _decide_here(self, tool: str, *, builtin: bool = False) -> Decision:
         if self.unreadable:
             return Decision(False, f"CannotDecide: {self.unreadable}")
         if builtin:
@@ -134,6 +182,9 @@ class Governance:
             return Decision(False, self._unbound_reason(tool))
         if tool in self.blocked_by:
             return Decision(False, f"BlockedByPolicy: {self.blocked_by[tool]}")
+        outside = self._disallowing_policy((tool,))
+        if outside is not None:
+            return Decision(False, f"NotAllowedByPolicy: {outside}")
         return self._permitted(self.rules.get(tool, ()), f"tool:{tool}:invoke")
 
     def _decide_memory(self, tool: str) -> Decision:
@@ -143,6 +194,9 @@ class Governance:
         policy = self._blocking_policy(op)
         if policy is not None:
             return Decision(False, f"BlockedByPolicy: {policy}")
+        outside = self._disallowing_policy(memory_policy_names(op))
+        if outside is not None:
+            return Decision(False, f"NotAllowedByPolicy: {outside}")
         rules = tuple(r for name in memory_policy_names(op) for r in self.rules.get(name, ()))
         return self._permitted(rules, f"memory:{self.memory}:{op}")
 
@@ -154,6 +208,9 @@ class Governance:
             policy = self._blocking_policy(op)
             if policy is not None:
                 return f"BlockedByPolicy: {policy}"
+            outside = self._disallowing_policy(memory_policy_names(op))
+            if outside is not None:
+                return f"NotAllowedByPolicy: {outside}"
         return "NotOffered"
 
     def _blocking_policy(self, operation: str) -> str | None:

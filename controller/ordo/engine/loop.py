@@ -23,6 +23,7 @@ from typing import Any
 
 from ..api.task import Reason
 from ..errors import Interrupted, LeaseLost, OrdoError
+from . import livepolicy
 from . import output as output_mod
 from .events import (
     Checkpoint,
@@ -92,6 +93,17 @@ async def run_agent(
         await emit(RunFinished(result))
         return result
 
+    async def policy_boundary() -> RunResult | None:
+        """Re-read the policies (engine/livepolicy.py); a suspension ends the run here."""
+        nonlocal config
+        config, suspended_by = await livepolicy.at_boundary(config)
+        if suspended_by is None:
+            return None
+        _fill_unanswered(state)
+        return await finish(
+            "Failed", "AgentSuspended", livepolicy.stopped(suspended_by, state.step)
+        )
+
     await emit(RunStarted(resumed_from_step=state.step))
     try:
         async with asyncio.timeout_at(loop_deadline(deadline)):
@@ -108,6 +120,8 @@ async def run_agent(
                     )
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError  # also when nothing awaited yielded to the timer
+                if (stopped := await policy_boundary()) is not None:
+                    return stopped
                 if state.step >= config.max_steps:
                     return await finish(
                         "Failed",
@@ -117,7 +131,12 @@ async def run_agent(
                 state.step += 1
                 step = state.step
                 await emit(StepStarted(step))
-                offered = [t for t in tools if t.builtin or t.name not in state.used_tools]
+                offered = [
+                    t
+                    for t in tools
+                    if (t.builtin or t.name not in state.used_tools)
+                    and config.governance.offers(t.object_name, builtin=t.builtin)
+                ]
                 started = time.monotonic()
                 request = ModelRequest(
                     items=tuple(state.items),  # a snapshot: the history grows after the call
@@ -156,7 +175,8 @@ async def run_agent(
                     )
                 if not response.tool_calls:
                     return await _final_answer(config, response.text, finish)
-
+                if (stopped := await policy_boundary()) is not None:
+                    return stopped
                 denied = await _run_calls(response.tool_calls, config, tools, state, emit)
                 if denied is not None:
                     _fill_unanswered(state)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..api.task import Reason
 from ..errors import OrdoError
 from .governance import Governance
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
+
+if TYPE_CHECKING:
+    from .livepolicy import PolicyRefresh
 
 Phase = Literal["Succeeded", "Failed", "Cancelled"]
 OnToolDenied = Literal["Fail", "ReturnError"]
@@ -29,6 +32,9 @@ class RunConfig:
     elapsed: float = 0.0
     """Seconds of `timeout` already spent (the deadline is anchored at the first start, so a
     resumed run or a slow set-up does not get a fresh full timeout)."""
+    policy_refresh: PolicyRefresh | None = field(default=None, compare=False)
+    """Re-reads the governance at each step boundary (engine/livepolicy.py); None: the
+    start-time governance holds for the whole run."""
 
 
 @dataclass(frozen=True, slots=True)

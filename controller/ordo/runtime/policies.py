@@ -5,7 +5,10 @@ permissions, and the limits. Everything here fails closed:
   `PolicyUnavailable` before any model call (its caps would otherwise silently vanish);
 - an AgentRole or ToolPermission that cannot be read puts governance in the cannot-decide
   state, which denies every tool call;
-- limits only narrow: the smallest of the Agent's, the Task's and every policy's applies.
+- limits only narrow: the smallest of the Agent's, the Task's and every policy's applies;
+- `allowedTools` only narrows (policies intersect), and a policy with `suspend: true` stops
+  the Agents it selects;
+- `live_policy` re-reads all of it at each step boundary of a run (engine/livepolicy.py).
 """
 
 from __future__ import annotations
@@ -14,8 +17,20 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from ..api import Agent, AgentPolicy, AgentRole, ModelEndpoint, Task, ToolPermission, parse_duration
-from ..engine.governance import PermissionRule
+from ..api import (
+    MEMORY_OPERATIONS,
+    Agent,
+    AgentPolicy,
+    AgentRole,
+    ModelEndpoint,
+    Task,
+    ToolPermission,
+    parse_duration,
+)
+from ..api.agent import Skill
+from ..engine.governance import Governance, PermissionRule, memory_policy_names
+from ..engine.livepolicy import PolicyRefresh, PolicyUpdate
+from ..engine.state import OnToolDenied
 from ..errors import PolicyUnavailable, ResolutionError, StoreError, validation_problem
 from .store import ObjectStore
 
@@ -68,6 +83,120 @@ def blocked_tools(policies: list[AgentPolicy]) -> dict[str, str]:
         for tool in policy.spec.blocked_tools or []:
             blocked.setdefault(tool, policy.name)
     return blocked
+
+
+def suspending_policy(policies: list[AgentPolicy]) -> str | None:
+    """The first selecting policy (by name) with `suspend: true`, or None."""
+    return next((p.name for p in policies if p.spec.suspend), None)
+
+
+def check_not_suspended(policies: list[AgentPolicy], agent: Agent) -> None:
+    """New Tasks of a suspended Agent end `AgentSuspended` before any model call."""
+    policy = suspending_policy(policies)
+    if policy is not None:
+        raise ResolutionError(
+            "AgentSuspended",
+            f"Agent {agent.name!r} is suspended by AgentPolicy {policy!r} (spec.suspend); no "
+            "model was called",
+        )
+
+
+def allowlists(policies: list[AgentPolicy]) -> tuple[tuple[str, frozenset[str]], ...]:
+    """(policy name, `allowedTools`) of every policy that sets an allowlist, by name."""
+    return tuple(
+        (p.name, frozenset(p.spec.allowed_tools))
+        for p in policies
+        if p.spec.allowed_tools is not None
+    )
+
+
+def check_tools_allowed(policies: list[AgentPolicy], agent: Agent, candidates: list[str]) -> None:
+    """An Agent that lists a tool outside a selecting policy's `allowedTools` (a Tool the run
+    would offer, or an operation its `memory.allow` names explicitly) fails `ToolDenied`
+    before any model call. Memory operations `memory.allow` leaves implicit are narrowed to
+    the allowlist silently (governance offers only those)."""
+    memory = agent.spec.memory
+    explicit_ops = list(memory.allow or []) if memory is not None and memory.ref else []
+    for policy, allowed in allowlists(policies):
+        outside = [t for t in candidates if t not in allowed]
+        outside += [
+            f"memory.{op}"
+            for op in explicit_ops
+            if not any(n in allowed for n in memory_policy_names(op))
+        ]
+        if outside:
+            shown = ", ".join(outside[:10]) + (" ..." if len(outside) > 10 else "")
+            raise ResolutionError(
+                "ToolDenied",
+                f"Agent {agent.name!r} lists tools outside allowedTools of AgentPolicy "
+                f"{policy!r}: {shown}; no model was called",
+            )
+
+
+def on_tool_denied(policies: list[AgentPolicy]) -> OnToolDenied:
+    """`ReturnError` only if every selecting policy says so (and there is one)."""
+    if policies and all(p.spec.on_tool_denied == "ReturnError" for p in policies):
+        return "ReturnError"
+    return "Fail"
+
+
+def candidate_tools(agent: Agent, skill: Skill | None) -> list[str]:
+    """The Agent's tools, narrowed by the skill's (a skill never adds one)."""
+    candidates = list(agent.spec.tools or [])
+    if skill is not None and skill.tools is not None:
+        candidates = [t for t in candidates if t in skill.tools]
+    return candidates
+
+
+def governance(
+    agent: Agent,
+    skill: Skill | None,
+    memory: str | None,
+    policies: list[AgentPolicy],
+    perms: Permissions,
+) -> Governance:
+    """The Governance of a run from its inputs (at resolution, and at each re-read)."""
+    spec = agent.spec
+    operations: tuple[str, ...] = ()
+    if memory is not None and spec.memory is not None:
+        operations = (
+            tuple(spec.memory.allow) if spec.memory.allow is not None else MEMORY_OPERATIONS
+        )
+    return Governance(
+        candidate_tools=frozenset(candidate_tools(agent, skill)),
+        blocked_by=blocked_tools(policies),
+        rules=perms.rules,
+        granted=perms.granted,
+        has_roles=bool(spec.roles),
+        missing_roles=perms.missing_roles,
+        unreadable=perms.unreadable,
+        memory=memory,
+        memory_operations=frozenset(operations),
+        allowlists=allowlists(policies),
+    )
+
+
+def live_policy(
+    store: ObjectStore, task: Task, agent: Agent, skill: Skill | None, memory: str | None
+) -> PolicyRefresh:
+    """The run's re-read hook: AgentPolicies, AgentRoles and ToolPermissions through `store`
+    (the operator's is watch-fed, so a re-read costs no API request). The Agent, the Task and
+    the skill are the run's snapshot; only the governance objects are read again. Raises
+    PolicyUnavailable as at resolution; unreadable roles or permissions deny every call."""
+
+    async def refresh() -> PolicyUpdate:
+        policies = await selecting_policies(store, agent)
+        perms = await permissions(store, agent)
+        limits = effective_limits(agent, task, policies)
+        return PolicyUpdate(
+            governance=governance(agent, skill, memory, policies, perms),
+            suspended_by=suspending_policy(policies),
+            max_steps=limits.max_steps,
+            token_budget=limits.token_budget,
+            on_tool_denied=on_tool_denied(policies),
+        )
+
+    return refresh
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..api import MEMORY_OPERATIONS, Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name
+from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name
 from ..api.agent import Skill
 from ..engine import output as output_mod
-from ..engine.governance import Governance
-from ..engine.state import OnToolDenied
 from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
 from . import fetch
@@ -67,6 +65,8 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         store, Agent, ns, task.spec.agent_ref, "AgentNotFound", f"Agent {task.spec.agent_ref!r}"
     )
     spec = agent.spec
+    policies = await policy_mod.selecting_policies(store, agent)
+    policy_mod.check_not_suspended(policies, agent)  # the kill switch comes first
     endpoint = await fetch.get(
         store,
         ModelEndpoint,
@@ -83,20 +83,17 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         )
     skill = _skill(agent, task)
 
-    policies = await policy_mod.selecting_policies(store, agent)
     policy_mod.check_model_allowed(policies, endpoint)
     limits = policy_mod.effective_limits(agent, task, policies)
 
-    candidates = list(spec.tools or [])
-    if skill is not None and skill.tools is not None:
-        candidates = [t for t in candidates if t in skill.tools]
+    candidates = policy_mod.candidate_tools(agent, skill)
+    policy_mod.check_tools_allowed(policies, agent, candidates)
     blocked_by = policy_mod.blocked_tools(policies)
     tools = {name: await _tool(store, ns, name) for name in candidates if name not in blocked_by}
     perms = await policy_mod.permissions(store, agent)
 
     memory = None
     memory_secret = None
-    operations: tuple[str, ...] = ()
     if spec.memory is not None and spec.memory.ref:
         memory = await fetch.get(
             store, Memory, ns, spec.memory.ref, "MemoryNotFound", f"Memory {spec.memory.ref!r}"
@@ -106,20 +103,8 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
             memory_secret = await fetch.secret(
                 store, ns, ref.name, ref.key, f"Memory {memory.name!r}"
             )
-        operations = (
-            tuple(spec.memory.allow) if spec.memory.allow is not None else MEMORY_OPERATIONS
-        )
-    governance = Governance(
-        candidate_tools=frozenset(candidates),
-        blocked_by=blocked_by,
-        rules=perms.rules,
-        granted=perms.granted,
-        has_roles=bool(spec.roles),
-        missing_roles=perms.missing_roles,
-        unreadable=perms.unreadable,
-        memory=memory.name if memory is not None else None,
-        memory_operations=frozenset(operations),
-    )
+    memory_name = memory.name if memory is not None else None
+    governance = policy_mod.governance(agent, skill, memory_name, policies, perms)
     operations = governance.effective_memory_operations
 
     output_schema = (
@@ -128,11 +113,7 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     if output_schema is not None:
         source = "Task" if task.spec.output_schema is not None else f"Agent {agent.name!r}"
         _check_schema(output_schema, f"{source} spec.outputSchema")
-    on_denied: OnToolDenied = (
-        "ReturnError"
-        if policies and all(p.spec.on_tool_denied == "ReturnError" for p in policies)
-        else "Fail"
-    )
+    on_denied = policy_mod.on_tool_denied(policies)
 
     content = {
         "agent": agent.spec.to_dict(),
@@ -162,4 +143,5 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         policies=tuple(p.name for p in policies),
         content_hash=digest,
         agent_generation=agent.metadata.generation,
+        policy_refresh=policy_mod.live_policy(store, task, agent, skill, memory_name),
     )

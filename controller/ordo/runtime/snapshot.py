@@ -8,6 +8,7 @@ from typing import Any
 from ..api import Agent, Memory, ModelEndpoint, Task
 from ..api.agent import Skill
 from ..engine.governance import Governance
+from ..engine.livepolicy import PolicyRefresh
 from ..engine.state import OnToolDenied
 from ..engine.tooling import ResolvedTool
 
@@ -36,3 +37,6 @@ class Snapshot:
     content_hash: str = ""
     agent_generation: int | None = None
     notes: list[str] = field(default_factory=list)
+    policy_refresh: PolicyRefresh | None = field(default=None, compare=False, repr=False)
+    """Re-reads the governance objects at each step boundary (runtime/policies.py
+    `live_policy`); the only part of a snapshot that is not frozen at resolution."""

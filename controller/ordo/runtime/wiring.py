@@ -33,6 +33,7 @@ def run_config(snapshot: Snapshot, *, elapsed: float = 0.0) -> RunConfig:
         output_schema=snapshot.output_schema,
         on_tool_denied=snapshot.on_tool_denied,
         elapsed=elapsed,
+        policy_refresh=snapshot.policy_refresh,
     )
 
 
