@@ -16,6 +16,7 @@ from rich.console import Console
 def _cmd_run(args: argparse.Namespace) -> int:
     from .api import Task, manifests
     from .local import RunInterrupted, run_tasks, task_document
+    from .runtime import tracing
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
@@ -37,11 +38,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         err.print("[red]error:[/] no Task in the given manifests: nothing to run")
         return 1
     live = None if args.quiet else err
+    if unusable := tracing.configure_or_explain("ordo"):
+        err.print("[red]error:[/] ", end="")
+        err.print(unusable, markup=False)
+        return 2
     try:
         results = asyncio.run(run_tasks(mset, console=live))
     except RunInterrupted as exc:
         err.print(str(exc), style="yellow", markup=False)
         return 130
+    finally:
+        tracing.shutdown()  # export the runs' spans before exiting
     docs = [task_document(task, outcome) for task, outcome in results]
     if args.output == "json":
         json.dump(docs if len(docs) > 1 else docs[0], sys.stdout, indent=2)

@@ -21,6 +21,9 @@ IMPORT_NAMES = {
     "google-re2": "re2",
     "psycopg": "psycopg",
     "httpx2": "httpx2",
+    "opentelemetry-api": "opentelemetry",
+    "opentelemetry-sdk": "opentelemetry",
+    "opentelemetry-exporter-otlp-proto-http": "opentelemetry",
 }
 
 #: Extras for tests and tooling, not for the runtime package.

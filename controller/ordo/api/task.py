@@ -213,6 +213,9 @@ class TaskStatus(OrdoModel):
     execution_mode: Literal["InProcess", "Job"] | None = None
     """Where the run executes: `InProcess` (the operator's process) or `Job` (the batch/v1
     Job `ordo-task-<uid>`); written when the Task is claimed."""
+    trace_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
+    """The OpenTelemetry trace of the run (W3C trace id; the trace of the Task's
+    `ordo.dev/traceparent` annotation when it has one); the run's log lines carry it too."""
 
 
 class Task(Resource):

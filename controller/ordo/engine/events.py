@@ -32,6 +32,9 @@ class ModelResponded:
     usage: Usage
     tool_calls: int
     duration: float
+    finish_reason: str = ""
+    response_model: str = ""
+    """The model that answered, as the provider reported it (empty when it did not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,9 @@ class ToolFinished:
     tool: str
     outcome: str
     duration: float
+    call_id: str = ""
+    cause: str | None = None
+    """Why a call that ran failed, sanitised (as ToolCallRecord.error)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,12 @@ async def run_agent(
                 state.items.append(AssistantMessage(response.text, response.tool_calls))
                 await emit(
                     ModelResponded(
-                        step, response.usage, len(response.tool_calls), time.monotonic() - started
+                        step,
+                        response.usage,
+                        len(response.tool_calls),
+                        time.monotonic() - started,
+                        response.finish_reason,
+                        response.response_model,
                     )
                 )
 
@@ -312,7 +317,8 @@ async def _execute(
         result = ToolResult(
             call.id, call.name, f"error: the tool failed ({type(exc).__name__})", True
         )
-    await emit(ToolFinished(state.step, call.name, outcome, time.monotonic() - started))
+    duration = time.monotonic() - started
+    await emit(ToolFinished(state.step, call.name, outcome, duration, call.id, cause))
     record = ToolCallRecord(
         state.step, call.name, "allowed", screened.record.reason, outcome, call.id, cause
     )

@@ -47,6 +47,8 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = ""
+    response_model: str = ""
+    """The model name the provider reports in its answer (traces only; may be empty)."""
 
 
 class ModelClient(Protocol):

@@ -45,6 +45,7 @@ MAX_TOOL_CALLS_PER_RESPONSE = 64
 MAX_TEXT_CHARS = 1_048_576
 """Characters of answer text kept (1 Mi); the rest is cut with a note."""
 MAX_FINISH_REASON_CHARS = 64
+MAX_MODEL_NAME_CHARS = 256
 MAX_TOKEN_COUNT = 10**15
 """A reported token count above this is clamped (status integers must stay int64)."""
 NAME_PREFIX_CHARS = 48
@@ -133,6 +134,11 @@ def _count(value: Any) -> int:
     return min(max(0, value), MAX_TOKEN_COUNT)
 
 
+def _model_name(value: object) -> str:
+    """The model name a provider reported, if it is a string; bounded."""
+    return clean_text(value)[:MAX_MODEL_NAME_CHARS] if isinstance(value, str) else ""
+
+
 def normalise_response(response: ModelResponse, *, step: int, seen_ids: set[str]) -> ModelResponse:
     """The answer with safe names, unique ids, encodable text and bounded size. Adds the ids
     it keeps or makes to `seen_ids`."""
@@ -167,4 +173,5 @@ def normalise_response(response: ModelResponse, *, step: int, seen_ids: set[str]
             _count(usage.input_tokens), _count(usage.output_tokens), estimated=usage.estimated
         ),
         finish_reason=clean_text(response.finish_reason)[:MAX_FINISH_REASON_CHARS],
+        response_model=_model_name(response.response_model),
     )

@@ -1,4 +1,5 @@
-"""JSON logs carrying namespace, task, agent, executionId and step from context variables.
+"""JSON logs carrying namespace, task, agent, executionId and step from context variables,
+and the run's `traceId`/`spanId` (runtime/tracing.py) once its span has started.
 Log calls pass names and counts only; never prompts, arguments, outputs or secrets."""
 
 from __future__ import annotations
@@ -9,10 +10,21 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from ..runtime import tracing
+
 CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "ordo_log_context", default=None
 )
-_FIELDS = ("namespace", "task", "agent", "executionId", "step")
+_FIELDS = ("namespace", "task", "agent", "executionId", "step", "traceId", "spanId")
+
+
+def context_fields() -> dict[str, Any]:
+    """The bound fields of the current asyncio task, with the trace ids of its run."""
+    fields = dict(CONTEXT.get() or {})
+    ids = tracing.current_ids()
+    if ids is not None:
+        fields["traceId"], fields["spanId"] = ids.trace_id, ids.span_id
+    return fields
 
 
 def bind(**values: Any) -> None:
@@ -30,8 +42,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in (CONTEXT.get() or {}).items():
-            entry[key] = value
+        entry.update(context_fields())
         extra = getattr(record, "ordo", None)
         if isinstance(extra, dict):
             entry.update(extra)
@@ -61,7 +72,7 @@ class TextFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)  # before the traceback, if any
-        fields: dict[str, Any] = dict(CONTEXT.get() or {})
+        fields = context_fields()
         extra = getattr(record, "ordo", None)
         if isinstance(extra, dict):
             fields.update(extra)

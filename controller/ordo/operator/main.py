@@ -8,6 +8,7 @@ import logging
 import signal
 from typing import Any
 
+from ..runtime import tracing
 from . import logs
 
 
@@ -184,7 +185,13 @@ def run_task(args: argparse.Namespace) -> int:
     from .jobrunner import run_task as run
 
     logs.configure(args.log_format, args.log_level.upper())
-    return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
+    if problem := tracing.configure_or_explain("ordo-task"):
+        logging.getLogger("ordo.operator").error(problem)
+        return 2
+    try:
+        return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
+    finally:
+        tracing.shutdown()
 
 
 def parse_quantities(value: str) -> dict[str, str]:
@@ -205,6 +212,9 @@ def run(args: argparse.Namespace) -> int:
     from .jobs import JobSettings
 
     logs.configure(args.log_format, args.log_level.upper())
+    if problem := tracing.configure_or_explain("ordo-operator"):
+        logging.getLogger("ordo.operator").error(problem)
+        return 2
     if args.max_concurrent_tasks < 1:
         logging.getLogger("ordo.operator").error("--max-concurrent-tasks must be at least 1")
         return 2
@@ -268,5 +278,8 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await kopf.operator(stop_flag=stop, **kwargs)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        tracing.shutdown()  # export what is buffered
     return 0

@@ -222,6 +222,7 @@ class AnthropicModelClient:
                 calls,
             ),
             finish_reason=stop_reason if isinstance(stop_reason, str) else "",
+            response_model=getattr(message, "model", ""),  # checked by engine/sanitize.py
         )
 
     async def close(self) -> None:

@@ -251,6 +251,7 @@ class OpenAIModelClient:
                 calls,
             ),
             finish_reason=choice.finish_reason if isinstance(choice.finish_reason, str) else "",
+            response_model=getattr(completion, "model", ""),  # checked by engine/sanitize.py
         )
 
     async def close(self) -> None:

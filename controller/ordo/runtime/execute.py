@@ -11,6 +11,7 @@ documented reason: ordo's own errors carry theirs, anything unexpected becomes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import traceback
@@ -25,6 +26,7 @@ from ..engine.loop import run_agent
 from ..engine.state import RunResult, RunState
 from ..errors import LeaseLost, OrdoError, ToolSetupError
 from . import status as status_mod
+from . import tracing
 from .resolve import resolve
 from .snapshot import Snapshot
 from .store import ObjectStore
@@ -56,6 +58,8 @@ class TaskOutcome:
     snapshot: Snapshot | None = None
     error: OrdoError | None = field(default=None, compare=False)
     """The ordo error that ended the run, if one did."""
+    trace_id: str | None = None
+    """The trace of the run's invoke_agent span (runtime/tracing.py): status.traceId."""
 
     @property
     def abandoned(self) -> bool:
@@ -63,6 +67,10 @@ class TaskOutcome:
         return isinstance(self.error, LeaseLost)
 
     def status(self) -> TaskStatus:
+        status = self._status()
+        return status.model_copy(update={"trace_id": self.trace_id}) if self.trace_id else status
+
+    def _status(self) -> TaskStatus:
         result, snapshot = self.result, self.snapshot
         return status_mod.terminal(
             self.phase,
@@ -106,8 +114,29 @@ async def execute(
     started_at: float | None = None,
 ) -> TaskOutcome:
     """Resolve and run one Task to a terminal outcome. Never raises but for cancellation of
-    the calling task. `started_at` (epoch seconds) anchors the deadline; default now."""
+    the calling task. `started_at` (epoch seconds) anchors the deadline; default now. The run
+    is one invoke_agent span (runtime/tracing.py), whose trace the outcome names."""
     anchor = started_at if started_at is not None else time.time()
+    with tracing.run_span(task) as run:
+
+        async def traced(snapshot: Snapshot) -> Prepared:
+            prepared = await prepare(snapshot) if prepare is not None else Prepared()
+            return Prepared(prepared.state, [*prepared.listeners, *run.listeners(snapshot)])
+
+        outcome = await _execute(task, store, listeners, traced, cancel, model_factory, anchor)
+        run.finish(outcome)
+    return dataclasses.replace(outcome, trace_id=run.ids.trace_id)
+
+
+async def _execute(
+    task: Task,
+    store: ObjectStore,
+    listeners: Iterable[Listener],
+    prepare: Prepare,
+    cancel: asyncio.Event | None,
+    model_factory: ModelFactory,
+    anchor: float,
+) -> TaskOutcome:
     snapshot: Snapshot | None = None
     try:
         snapshot = await resolve(task, store)
