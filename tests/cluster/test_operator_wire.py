@@ -228,7 +228,19 @@ def test_sigkill_and_restart(
             if point == "before-first-model-call":
                 _kill_when(op, lambda: model.count >= 1, "the first model call")
             elif point == "between-steps":
-                _kill_when(op, lambda: model.count >= 2, "the second model call")
+                # Once the step is flushed (checkpoint, then status.step; coalesce.py): a kill
+                # before the flush ends the Task Interrupted (test_writes_coalesced.py).
+                _kill_when(
+                    op,
+                    lambda: (
+                        model.count >= 2
+                        and get_json(control_plane, "task", "order", "-n", namespace)
+                        .get("status", {})
+                        .get("step", 0)
+                        >= 1
+                    ),
+                    "the second model call, after the flush of step 1",
+                )
             else:
                 _kill_when(op, lambda: tool.count >= 1, "the tool call")
             mid = get_json(control_plane, "task", "order", "-n", namespace)

@@ -113,6 +113,12 @@ class CheckpointStore:
         self.snapshot_hash = snapshot_hash
         self._owned = False
         """The ConfigMap exists and carries our execution id."""
+        self._rv: str | None = None
+        """The resourceVersion our last write (or take-over read) returned: the precondition
+        of `delete()`, which then needs no read."""
+        self.touched = False
+        """This store created, wrote or took over the checkpoint (or tried to): only then can
+        there be one of ours to delete."""
         self.writes = 0
 
     def _object(self, payload: bytes | None) -> dict[str, Any]:
@@ -140,9 +146,13 @@ class CheckpointStore:
     async def save(self, state: RunState) -> None:
         """Write `state`. Raises `CheckpointTooLarge` (nothing written, the previous checkpoint
         kept), `Fenced` if another execution owns the checkpoint, or `ApiError`."""
-        payload = encode(state)
+        await self.save_encoded(encode(state))
+
+    async def save_encoded(self, payload: bytes) -> None:
+        """`save` of a state already encoded (`encode`)."""
         if len(payload) > MAX_BYTES:
             raise CheckpointTooLarge(len(payload), MAX_BYTES)
+        self.touched = True
         if not self._owned and await self._create(payload):
             self.writes += 1
             return
@@ -162,7 +172,9 @@ class CheckpointStore:
         ]
         try:
             # Idempotent: the ops never change the annotation they test.
-            await self._client.patch_json("ConfigMap", self._ns, self._name, ops, idempotent=True)
+            written = await self._client.patch_json(
+                "ConfigMap", self._ns, self._name, ops, idempotent=True
+            )
         except ApiError as exc:
             if exc.not_found or patch_test_failed(exc, fence):
                 # Another execution's annotation, or deleted under us (the run ended
@@ -170,6 +182,7 @@ class CheckpointStore:
                 self._owned = False
                 raise Fenced("ConfigMap", self._name) from None
             raise
+        self._rv = _resource_version(written)
         self.writes += 1
 
     async def _create(self, payload: bytes) -> bool:
@@ -177,8 +190,9 @@ class CheckpointStore:
         ours (write it with a patch). Raises `Fenced` if another execution owns it."""
         for _ in range(TAKEOVER_ATTEMPTS):
             try:
-                await self._client.create("ConfigMap", self._ns, self._object(payload))
+                created = await self._client.create("ConfigMap", self._ns, self._object(payload))
                 self._owned = True
+                self._rv = _resource_version(created)
                 return True
             except ApiError as exc:
                 if not (exc.conflict or exc.transient):
@@ -191,6 +205,7 @@ class CheckpointStore:
             if owner != self._execution_id:
                 raise Fenced("ConfigMap", self._name)
             self._owned = True
+            self._rv = _resource_version(current)
             return False
         raise ApiError(0, "TransportError", "checkpoint create did not settle")
 
@@ -203,19 +218,22 @@ class CheckpointStore:
         every write of an earlier execution is refused (`Fenced`), so the state returned is
         the last one any earlier execution wrote. Raises `CheckpointUnreadable` (an
         `Interrupted`) if the checkpoint cannot be decoded, `ApiError` if the API fails."""
+        self.touched = True
         for _ in range(TAKEOVER_ATTEMPTS):
             body = await self._client.get("ConfigMap", self._ns, self._name)
             if body is None:
                 try:
-                    await self._client.create("ConfigMap", self._ns, self._object(None))
+                    marker = await self._client.create("ConfigMap", self._ns, self._object(None))
                 except ApiError as exc:
                     if exc.conflict or exc.transient:
                         continue  # someone created it meanwhile, or maybe we did: read again
                     raise
                 self._owned = True
+                self._rv = _resource_version(marker)
                 return None
             annotations: dict[str, str] = dict(body["metadata"].get("annotations") or {})
             state = decode(body)
+            self._rv = _resource_version(body)
             if annotations.get(EXECUTION_ANNOTATION) != self._execution_id:
                 adopted = dict(body)
                 adopted["metadata"] = dict(
@@ -224,18 +242,32 @@ class CheckpointStore:
                 )
                 try:
                     # Conditional on the resourceVersion read: a write in between is a 409.
-                    await self._client.replace("ConfigMap", self._ns, self._name, adopted)
+                    replaced = await self._client.replace(
+                        "ConfigMap", self._ns, self._name, adopted
+                    )
                 except ApiError as exc:
                     if exc.conflict or exc.not_found or exc.transient:
                         continue
                     raise
+                self._rv = _resource_version(replaced)
             self._owned = True
             return None if state is None else (state, annotations)
         raise ApiError(409, "Conflict", "the checkpoint kept changing while being taken over")
 
     async def delete(self) -> bool:
         """Delete the checkpoint if this execution owns it (conditional on the resourceVersion
-        read). False if it is absent or another execution owns it (it is left alone)."""
+        of our last write, else on the one read). False if it is absent or another execution
+        owns it (it is left alone)."""
+        known, self._rv = self._rv, None
+        if known is not None and self._owned:
+            self._owned = False
+            try:
+                await self._client.delete("ConfigMap", self._ns, self._name, resource_version=known)
+                return True
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
+                # Changed since our last write (taken over): decide on a fresh read.
         body = await self._client.get("ConfigMap", self._ns, self._name)
         self._owned = False
         if body is None:
@@ -261,3 +293,10 @@ class CheckpointStore:
             await self.save(event.state)
             if self._lease is not None:
                 self._lease.check()
+
+
+def _resource_version(body: dict[str, Any] | None) -> str | None:
+    if not body:
+        return None
+    value = (body.get("metadata") or {}).get("resourceVersion")
+    return str(value) if value else None

@@ -51,7 +51,10 @@ async def resume_supervision(
 
 
 async def record_mode(client: KubeClient, claim: Claim, mode: ExecutionMode) -> Claim:
-    """Write `status.executionMode` right after the claim (fenced by its executionId)."""
+    """Write `status.executionMode` right after the claim (fenced by its executionId), unless
+    the claim already wrote it (`Claimer.claim(..., mode)`: no second write)."""
+    if (claim.body.get("status") or {}).get("executionMode") == mode:
+        return claim
     meta = claim.body["metadata"]
     try:
         updated = await client.patch_status_fenced(

@@ -1,7 +1,8 @@
 """Runs one claimed Task through `ordo.runtime.execute`, adding only what is Kubernetes-
 specific: the execution lease (renewed while the run lasts; losing it stops the run before
 any further side effect), the checkpoint (resume from it; a Task that made progress but has
-no checkpoint ends `Interrupted`, never starts over), and the status/Event writers."""
+no checkpoint ends `Interrupted`, never starts over), and the status/Event writers. The
+checkpoint and progress writes are coalesced (coalesce.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..runtime.store import ObjectStore
 from . import logs
 from .checkpoint import CheckpointStore
 from .claim import Claim
+from .coalesce import FLUSH_SECONDS, RunWrites
 from .metrics import Metrics
 from .writer import ProgressWriter, TaskWriter, log_events
 
@@ -53,12 +55,15 @@ class Runner:
         model_factory: ModelFactory,
         *,
         keep_checkpoints: bool = False,
+        flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
         self.writer = writer
         self.store = store
         self.metrics = metrics
         self.model_factory = model_factory
         self.keep_checkpoints = keep_checkpoints
+        self.flush_seconds = flush_seconds
+        """How long a finished step may stay unwritten (coalesce.py); 0 writes every step."""
 
     async def run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
         """Run the claimed Task to its end while renewing the lease; write the outcome unless
@@ -94,11 +99,11 @@ class Runner:
         started = time.monotonic()
         body, execution_id = claim.body, claim.execution_id
         status = body.get("status") or {}
-        # The store checks the lease after each save: the loop saves right before every
-        # non-idempotent tool call, so a run that lost its lease never starts one.
-        checkpoints = CheckpointStore(self.writer.client, body, execution_id, lease=claim.lease)
+        checkpoints = CheckpointStore(self.writer.client, body, execution_id)
+        writes: RunWrites | None = None
 
         async def prepare(snapshot: Snapshot) -> Prepared:
+            nonlocal writes
             checkpoints.snapshot_hash = snapshot.content_hash
             state = None
             if claim.resuming:
@@ -119,16 +124,25 @@ class Runner:
                 snapshot.endpoint.spec.effective_model(),
             )
             progress = ProgressWriter(self.writer, body, snapshot, execution_id)
-            return Prepared(state, [checkpoints, progress, run_metrics, log_events])
+            # The lease is checked after each checkpoint written before a non-idempotent tool
+            # call, so a run that lost its lease never starts one.
+            writes = RunWrites(
+                checkpoints, progress.write, lease=claim.lease, flush_seconds=self.flush_seconds
+            )
+            return Prepared(state, [writes, progress, run_metrics, log_events])
 
-        outcome: TaskOutcome = await execute(
-            task,
-            self.store,
-            prepare=prepare,
-            cancel=cancel,
-            model_factory=self.model_factory,
-            started_at=parse_time(status.get("startedAt")),
-        )
+        try:
+            outcome: TaskOutcome = await execute(
+                task,
+                self.store,
+                prepare=prepare,
+                cancel=cancel,
+                model_factory=self.model_factory,
+                started_at=parse_time(status.get("startedAt")),
+            )
+        finally:
+            if writes is not None:  # no flush may land after the terminal write
+                await writes.close()
         if outcome.abandoned:
             log.warning(
                 "this execution no longer owns the Task (lease lost or another execution "
@@ -136,7 +150,7 @@ class Runner:
             )
             raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
-        if not self.keep_checkpoints:
+        if not self.keep_checkpoints and checkpoints.touched:
             try:
                 await checkpoints.delete()
             except Exception:

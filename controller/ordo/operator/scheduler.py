@@ -356,7 +356,7 @@ class TaskScheduler:
                         ),
                     )
                     return
-            claim = await self.claimer.claim(body, resuming)
+            claim = await self.claimer.claim(body, resuming, mode)
         if claim is None:
             return
         claim = await record_mode(self.client, claim, mode)

@@ -19,7 +19,7 @@ from ..engine.events import (
     ToolDecided,
     ToolFinished,
 )
-from ..engine.state import ToolCallRecord
+from ..engine.state import RunState, ToolCallRecord
 from ..runtime import Snapshot, TaskOutcome
 from ..runtime import status as status_mod
 from . import logs
@@ -186,9 +186,9 @@ def failed_calls(event: StepFinished) -> list[ToolCallRecord]:
 
 
 class ProgressWriter:
-    """A run listener: patches a bounded progress summary after each completed step (fenced
-    by the executionId), and posts a Warning Event for each denied tool call and each failed
-    one (`ToolFailed`: tool, step and the sanitised cause)."""
+    """A run listener that posts a Warning Event for each denied tool call and each failed
+    one (`ToolFailed`: tool, step and the sanitised cause); `write` patches the bounded
+    progress summary, when the coalesced run writes (coalesce.py) flush a step."""
 
     def __init__(
         self, writer: TaskWriter, body: dict[str, Any], snapshot: Snapshot, execution_id: str
@@ -219,26 +219,31 @@ class ProgressWriter:
                 warning=True,
             )
 
+    async def write(self, state: RunState) -> None:
+        """Patch the bounded progress summary of `state` (fenced by the executionId). Called
+        by the coalesced run writes (coalesce.py), at most once per flush window."""
+        patch = status_mod.to_patch(status_mod.progress(state))
+        if self._first:
+            patch["snapshotHash"] = self._snapshot.content_hash
+            if self._snapshot.agent_generation is not None:
+                patch["agentGeneration"] = self._snapshot.agent_generation
+        try:
+            await self._w.client.patch_status_fenced(
+                "Task", self._ns, self._name, self._execution_id, patch
+            )
+        except ApiError as exc:
+            # Progress is best effort (the terminal write carries it all); a Fenced write
+            # is not an ApiError and stops the run.
+            log.warning(
+                "progress write failed",
+                extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+            )
+            return
+        self._first = False
+
     async def __call__(self, event: Event) -> None:
         if isinstance(event, StepFinished):
             await self._tool_failures(event)
-            patch = status_mod.to_patch(status_mod.progress(event.state))
-            if self._first:
-                patch["snapshotHash"] = self._snapshot.content_hash
-                if self._snapshot.agent_generation is not None:
-                    patch["agentGeneration"] = self._snapshot.agent_generation
-                self._first = False
-            try:
-                await self._w.client.patch_status_fenced(
-                    "Task", self._ns, self._name, self._execution_id, patch
-                )
-            except ApiError as exc:
-                # Progress is best effort (the terminal write carries it all); a Fenced write
-                # is not an ApiError and stops the run.
-                log.warning(
-                    "progress write failed",
-                    extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
-                )
         elif isinstance(event, ToolDecided) and event.record.decision == "denied":
             r = event.record
             await self._w.recorder.post(
