@@ -18,6 +18,7 @@ from ..errors import StoreError, validation_problem
 from .conditions import same_conditions, set_condition
 from .kube import ApiError, KubeClient
 from .store import KubeStore
+from .suspension import with_suspension
 from .verdicts import (
     DEFAULT_PORTS,
     EVALUATORS,
@@ -73,6 +74,12 @@ DEPENDENTS: dict[str, tuple[str, ...]] = {
 }
 """Whose `Ready` may change when an object of this kind appears, changes or goes (same
 namespace)."""
+
+
+# AgentPolicy suspend (issue 16 §1, H5): a suspended Agent is not Ready and names the policy
+# (suspension.py); a policy change re-evaluates the Agents of its namespace.
+EVALUATORS["Agent"] = with_suspension(EVALUATORS["Agent"])
+DEPENDENTS["AgentPolicy"] = (*DEPENDENTS["AgentPolicy"], "Agent")
 
 
 def _fingerprint(body: dict[str, Any]) -> tuple[Any, ...]:
