@@ -4,8 +4,11 @@ Every loop runs the same script against the same server (bench/server.py): 4 too
 a text answer, the tools `lookup`, `convert`, `summarize` in turn (step 4 asks for `lookup`
 again), each an in-process async function returning the same text. The loops:
 
-* `floor`: a minimal hand-written loop on the `openai` SDK (one AsyncOpenAI client, no
-  retries): create, append the message, run the tools, append the results.
+* `floor`: the bare loop, the practical floor for Python (issue 14): one aiohttp session,
+  `json.dumps` of the request, `json.loads` of the answer, append the message, run the tools,
+  append the results. No SDK, no validation.
+* `raw-sdk`: the same loop on the `openai` SDK (one AsyncOpenAI client, no retries):
+  `chat.completions.create`, append `message.model_dump()`, run the tools, append the results.
 * `ordo`: `ordo.engine.loop.run_agent` with the OpenAI provider built from a ModelEndpoint
   (`ordo.providers.build_model_client`) and ToolBindings whose executors return ToolOutput.
   Governance is evaluated and arguments are validated against the schema for every call;
@@ -51,7 +54,8 @@ from bench.server import (
 STEPS = 5
 TOOL_STEPS = 4
 LATENCIES_MS = (0, 50)
-ORDO_FRAMEWORKS = ("floor", "ordo")
+ORDO_FRAMEWORKS = ("floor", "raw-sdk", "ordo")
+"""Always run: the bare aiohttp + json loop (the floor), the `openai` SDK loop, ordo."""
 PEER_FRAMEWORKS = ("openai-agents", "langgraph")
 Runner = Callable[[], Awaitable[str]]
 
@@ -80,12 +84,8 @@ async def _tool(name: str, arguments: dict[str, Any]) -> str:
     return tool_result(name, arguments)
 
 
-async def floor_runner(base_url: str, latency_ms: int) -> Runner:
-    import openai
-
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=30)
-    model = model_name(latency_ms, TOOL_STEPS)
-    tools: list[Any] = [
+def _tool_specs() -> list[Any]:
+    return [
         {
             "type": "function",
             "function": {"name": n, "description": TOOL_DESCRIPTION, "parameters": TOOL_PARAMETERS},
@@ -93,11 +93,52 @@ async def floor_runner(base_url: str, latency_ms: int) -> Runner:
         for n in TOOL_NAMES
     ]
 
+
+def _first_messages() -> list[Any]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": USER_MESSAGE}]
+
+
+async def floor_runner(base_url: str, latency_ms: int) -> Runner:
+    """The practical floor of a Python agent loop: one aiohttp session, `json.dumps` of the
+    request, `json.loads` of the answer, the assistant message and one `tool` message per
+    call appended, local tools. No SDK, no validation, no governance."""
+    import aiohttp
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    url = base_url + "/chat/completions"
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+    model = model_name(latency_ms, TOOL_STEPS)
+    tools = _tool_specs()
+
     async def run() -> str:
-        messages: list[Any] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": USER_MESSAGE},
-        ]
+        messages = _first_messages()
+        for _ in range(10):
+            body = json.dumps({"model": model, "messages": messages, "tools": tools})
+            async with session.post(url, data=body, headers=headers) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"HTTP {response.status}")
+                message = json.loads(await response.read())["choices"][0]["message"]
+            messages.append(message)
+            if not message.get("tool_calls"):
+                return str(message.get("content") or "")
+            for call in message["tool_calls"]:
+                arguments = json.loads(call["function"]["arguments"] or "{}")
+                output = await _tool(call["function"]["name"], arguments)
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+        raise RuntimeError("no answer in 10 steps")
+
+    return run
+
+
+async def raw_sdk_runner(base_url: str, latency_ms: int) -> Runner:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=30)
+    model = model_name(latency_ms, TOOL_STEPS)
+    tools = _tool_specs()
+
+    async def run() -> str:
+        messages = _first_messages()
         for _ in range(10):
             response = await client.chat.completions.create(
                 model=model, messages=messages, tools=tools
@@ -241,6 +282,7 @@ async def langgraph_runner(base_url: str, latency_ms: int) -> Runner:
 
 RUNNERS: dict[str, Callable[[str, int], Awaitable[Runner]]] = {
     "floor": floor_runner,
+    "raw-sdk": raw_sdk_runner,
     "ordo": ordo_runner,
     "openai-agents": agents_runner,
     "langgraph": langgraph_runner,
@@ -304,6 +346,8 @@ class Row:
     cpu_step_ms: float
     ratio: float
     """Per-step overhead / the floor's (wall time)."""
+    cpu_ratio: float
+    """Client CPU per model call / the floor's (issue 14's target)."""
     client_ratio: float
     """The same with the server's round trip taken out of both."""
     round_spread: float
@@ -396,16 +440,17 @@ def run(settings: Settings, profile: str | None = None, log: Any = print) -> Loo
     rtt_ms = rtt["round_trip_us"] / 1000
     rows: list[Row] = []
     for latency_ms in settings.runs:
-        floor_overhead = None
+        floor_overhead = floor_cpu = None
         for framework in frameworks:
             rounds = samples[(framework, latency_ms)]
             walls = [w for r in rounds for w in r]
             run_ms = median(walls) * 1000
             step_ms = run_ms / STEPS
             overhead = step_ms - latency_ms
+            cpu_step = median(cpu[(framework, latency_ms)]) * 1000 / STEPS
             if framework == "floor":
-                floor_overhead = overhead
-            assert floor_overhead is not None
+                floor_overhead, floor_cpu = overhead, cpu_step
+            assert floor_overhead is not None and floor_cpu is not None
             per_round = [median(r) for r in rounds]
             spread = (max(per_round) - min(per_round)) / median(per_round)
             rows.append(
@@ -416,8 +461,9 @@ def run(settings: Settings, profile: str | None = None, log: Any = print) -> Loo
                     run_ms,
                     step_ms,
                     overhead,
-                    median(cpu[(framework, latency_ms)]) * 1000 / STEPS,
+                    cpu_step,
                     overhead / floor_overhead,
+                    cpu_step / floor_cpu,
                     (overhead - rtt_ms) / (floor_overhead - rtt_ms),
                     spread,
                     tools[(framework, latency_ms)],

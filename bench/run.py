@@ -37,11 +37,20 @@ from bench.common import REPO, machine, peers_installed, versions
 BENCHMARKS = ("loop", "concurrency", "operator")
 DOC = REPO / "docs" / "benchmarks.md"
 
-# Targets of issue 8.
-TARGET_FLOOR_RATIO = 1.05
-TARGET_CONCURRENCY_RATIO = 1.3
+# Targets, each a ratio or a bound measured in the same run (issues 8 and 14). The floor is
+# the bare aiohttp + json loop (bench/loop_overhead.py `floor_runner`).
+TARGET_CPU_RATIO = 1.5
+"""Client CPU per model call, ordo / the floor (benchmark 1, 0 ms latency)."""
+TARGET_CONCURRENCY_RATIO = 1.5
+"""Wall time of the most runs at once, ordo / the floor (benchmark 2)."""
 TARGET_RSS_KIB = 200
+"""Peak RSS per in-flight run (benchmark 2)."""
 TARGET_STATUS_EXTRA = 2
+"""Status patches per Task ≤ steps + this (benchmark 3)."""
+TARGET_REQUESTS_EXTRA = 5
+"""Kubernetes API requests per Task ≤ steps + this (benchmark 3, issue 14)."""
+TARGET_OPERATOR_CPU_MS = 30.0
+"""Operator CPU per Task (benchmark 3, issue 14)."""
 
 
 def _fmt(value: float, digits: int = 2) -> str:
@@ -110,7 +119,8 @@ def loop_section(
         "ms / run",
         "overhead ms / step",
         "client CPU ms / step",
-        "ratio to floor",
+        "CPU ratio to floor",
+        "overhead ratio to floor",
         "client-only ratio",
         "tools run / run",
         "spread",
@@ -123,6 +133,7 @@ def loop_section(
                 _fmt(r.run_ms),
                 _fmt(r.overhead_ms, 3),
                 _fmt(r.cpu_step_ms, 3),
+                _fmt(r.cpu_ratio),
                 _fmt(r.ratio),
                 _fmt(r.client_ratio),
                 _fmt(r.tool_executions, 0),
@@ -135,15 +146,16 @@ def loop_section(
     if not result.model_calls_checked:
         report.text("**Warning:** a loop made a different number of model calls than 5 per run.")
     checks: list[tuple[str, bool | None, str]] = []
-    ordo0 = result.row("ordo", 0)
-    if ordo0 is not None:
+    ordo0, floor0 = result.row("ordo", 0), result.row("floor", 0)
+    if ordo0 is not None and floor0 is not None:
+        sdk0 = result.row("raw-sdk", 0)
         checks.append(
             (
-                f"Per-step overhead ≤ {TARGET_FLOOR_RATIO}x the floor at 0 ms",
-                ordo0.ratio <= TARGET_FLOOR_RATIO,
-                f"ordo {ordo0.overhead_ms:.3f} ms vs floor "
-                f"{ordo0.overhead_ms / ordo0.ratio:.3f} ms per step: {ordo0.ratio:.2f}x "
-                f"(client-only {ordo0.client_ratio:.2f}x)",
+                f"Client CPU per model call ≤ {TARGET_CPU_RATIO}x the bare aiohttp floor",
+                ordo0.cpu_ratio <= TARGET_CPU_RATIO,
+                f"ordo {ordo0.cpu_step_ms:.3f} ms vs floor {floor0.cpu_step_ms:.3f} ms per call "
+                f"at 0 ms: {ordo0.cpu_ratio:.2f}x"
+                + (f" (raw SDK loop {sdk0.cpu_ratio:.2f}x)" if sdk0 is not None else ""),
             )
         )
     peers = [f for f in loop_overhead.PEER_FRAMEWORKS if result.row(f, 0) is not None]
@@ -175,7 +187,8 @@ def concurrency_section(
     report.text(
         "Each level in a fresh process; every ordo run builds its own model client, as a Task "
         "does. Ideal = 5 model calls x 100 ms. *RSS per run* = (peak RSS during the runs - RSS "
-        "before them) / runs. The floor is the hand-written SDK loop sharing one client."
+        "before them) / runs. The floor is the bare aiohttp + json loop sharing one session; "
+        "raw-sdk the hand-written `openai` SDK loop sharing one client."
         + ("" if result.peak_reset else " (VmHWM could not be reset: peaks include start-up.)")
     )
     headers = [
@@ -208,20 +221,21 @@ def concurrency_section(
     report.table("Concurrent runs", headers, rows)
     checks: list[tuple[str, bool | None, str]] = []
     top = max((r.level for r in result.rows if r.framework == "ordo"), default=0)
-    row = result.row("ordo", top)
-    if row is not None:
+    row, floor = result.row("ordo", top), result.row("floor", top)
+    if row is not None and floor is not None:
         calls = row.level * concurrency.STEPS
+        ratio = row.wall_s / floor.wall_s
         checks.append(
             (
-                f"{top} concurrent runs within {TARGET_CONCURRENCY_RATIO}x ideal wall time",
-                row.ratio <= TARGET_CONCURRENCY_RATIO and row.errors == 0,
-                f"{row.wall_s:.2f} s = {row.ratio:.2f}x ideal; the client used "
-                f"{row.cpu_s:.2f} s of CPU for {calls} model calls "
-                f"({row.cpu_s / calls * 1000:.2f} ms each) on one event loop, so the wall time "
-                f"cannot drop below that; the ideal needs ≤ "
-                f"{row.ideal_s * TARGET_CONCURRENCY_RATIO / calls * 1000:.2f} ms per call",
+                f"{top} concurrent runs within {TARGET_CONCURRENCY_RATIO}x the floor's wall time",
+                ratio <= TARGET_CONCURRENCY_RATIO and row.errors == 0,
+                f"ordo {row.wall_s:.2f} s ({row.ratio:.2f}x ideal) vs floor {floor.wall_s:.2f} s "
+                f"({floor.ratio:.2f}x ideal): {ratio:.2f}x; ordo's client CPU "
+                f"{row.cpu_s / calls * 1000:.2f} ms per model call, the floor's "
+                f"{floor.cpu_s / calls * 1000:.2f} ms, on one event loop",
             )
         )
+    if row is not None:
         checks.append(
             (
                 f"≤ {TARGET_RSS_KIB} KiB RSS per in-flight run",
@@ -304,19 +318,37 @@ def operator_section(
         for r in result.rows
     ]
     report.table("CPU per Task", ["Tasks", "bound", *names, "operator busy", "of 2 cores"], rows)
-    checks: list[tuple[str, bool | None, str]] = []
-    if result.rows:
-        worst = max(r.status_patches_per_task for r in result.rows)
-        bound = operator_throughput.STEPS + TARGET_STATUS_EXTRA
-        checks.append(
-            (
-                "Status patches per Task ≤ steps + 2",
-                worst <= bound,
-                f"at most {worst:.2f} per Task for {operator_throughput.STEPS} steps "
-                f"(bound {bound})",
-            )
-        )
-    return checks
+    return operator_targets(result)
+
+
+def operator_targets(
+    result: operator_throughput.OperatorResult,
+) -> list[tuple[str, bool | None, str]]:
+    """The operator's targets (issues 8 and 14), each from the worst configuration of the run.
+    Benchmark 3 adds a target here: a TARGET_* constant above and one entry below."""
+    if not result.rows:
+        return []
+    steps = operator_throughput.STEPS
+    patches = max(r.status_patches_per_task for r in result.rows)
+    requests = max(r.total_per_task for r in result.rows)
+    cpu = max(r.cpu_ms_per_task.get("operator", float("nan")) for r in result.rows)
+    return [
+        (
+            f"Status patches per Task ≤ steps + {TARGET_STATUS_EXTRA}",
+            patches <= steps + TARGET_STATUS_EXTRA,
+            f"at most {patches:.2f} per Task for {steps} steps",
+        ),
+        (
+            f"API requests per Task ≤ steps + {TARGET_REQUESTS_EXTRA}",
+            requests <= steps + TARGET_REQUESTS_EXTRA,
+            f"at most {requests:.1f} per Task for {steps} steps",
+        ),
+        (
+            f"Operator CPU per Task ≤ {TARGET_OPERATOR_CPU_MS:g} ms",
+            None if math.isnan(cpu) else cpu <= TARGET_OPERATOR_CPU_MS,
+            f"at most {_fmt(cpu, 1)} ms per Task",
+        ),
+    ]
 
 
 def profile_section(report: Report, path: str | None) -> None:
@@ -356,7 +388,7 @@ def write_doc(
         f"- Versions: {', '.join(f'{k} {v}' for k, v in vers.items())}",
         f"- ordo commit: {_git_commit()}",
         "",
-        "## Targets (issue 8)",
+        "## Targets (issues 8 and 14)",
         "",
         "| target | result | detail |",
         "|---|---|---|",
@@ -383,12 +415,15 @@ def _explanations(ran: set[str]) -> str:
 
 _LOOP_NOTES: tuple[str, ...] = (
     (
-        "- **Floor and ordo use the same SDK and transport.** Both go through `openai`'s "
-        "`AsyncOpenAI` on httpx2. ordo's provider posts its already-JSON request with the "
-        "SDK's generic `post` instead of `chat.completions.create`, which skips the SDK's "
-        "TypedDict transform of every message and tool schema: that transform is about half "
-        "of the client CPU of a `create` call, so ordo's per-step overhead is *below* the "
-        "floor's. The floor is left as a user would write it (`create`)."
+        "- **The floor is the bare loop.** `floor` is the least a Python agent loop can do: "
+        "one aiohttp session, `json.dumps` of the request, `json.loads` of the answer, local "
+        "tools; `raw-sdk` is the same loop on `openai`'s `chat.completions.create` (httpx2, "
+        "request transform, pydantic response models). ordo's providers send and read the "
+        "protocol's JSON over one shared aiohttp session per process (providers/transport.py); "
+        "the SDKs' HTTP stack costs about 3x the floor's whole call even on their aiohttp "
+        'transport (docs/decisions.md, "Model calls on aiohttp"). What is left between ordo '
+        "and the floor is the engine: transcript items, governance, argument validation, "
+        "usage, events."
     ),
     (
         "- **ordo runs the benchmark script the way a Task does.** A tool is offered until it "
@@ -403,8 +438,11 @@ _CONCURRENCY_NOTES: tuple[str, ...] = (
         "- **Concurrency is CPU-bound.** One asyncio process spends the client CPU of every "
         "model call on one core (HTTP client, JSON, response parsing). The wall time of N "
         "runs cannot be shorter than N x 5 x that CPU time; at 1000 runs that is far above "
-        "0.5 s. Past one process ordo scales on Kubernetes (DESIGN §7: sharded operators, "
-        "Task execution in Jobs). Memory is not the limit."
+        "0.5 s for any Python loop, the floor included, so ordo is measured against the "
+        "floor's wall time in the same run. Past one process ordo scales on Kubernetes "
+        "(DESIGN §7: sharded operators, Task execution in Jobs). Memory is not the limit: "
+        "every run's model client shares the process's one aiohttp session (its connection "
+        "pool), as Tasks in the operator do."
     ),
 )
 

@@ -74,19 +74,16 @@ def test_quick_loop_and_concurrency(tmp_path: Path) -> None:
     )
     loop = results["loop"]
     assert {(r.framework, r.latency_ms) for r in loop.rows} == {
-        ("floor", 0),
-        ("ordo", 0),
-        ("floor", 50),
-        ("ordo", 50),
+        (f, latency) for f in ("floor", "raw-sdk", "ordo") for latency in (0, 50)
     }
     assert loop.skipped == ["openai-agents", "langgraph"]
     assert loop.model_calls_checked
     for r in loop.rows:
         assert r.runs >= 1
-        assert _finite(r.run_ms, r.overhead_ms, r.cpu_step_ms, r.ratio, r.client_ratio)
+        assert _finite(r.run_ms, r.overhead_ms, r.cpu_step_ms, r.ratio, r.cpu_ratio, r.client_ratio)
     conc = results["concurrency"]
     assert {(r.framework, r.level) for r in conc.rows} == {
-        (f, n) for f in ("ordo", "floor") for n in (1, 10)
+        (f, n) for f in ("ordo", "floor", "raw-sdk") for n in (1, 10)
     }
     for c in conc.rows:
         assert c.errors == 0

@@ -1,4 +1,6 @@
-"""Anthropic Messages through the official `anthropic` SDK.
+"""Anthropic Messages over ordo's aiohttp transport (transport.py; why not the `anthropic`
+SDK's HTTP stack: docs/decisions.md): `POST {baseUrl}/v1/messages` with `x-api-key` and
+`anthropic-version`, the protocol's JSON as the SDK would send and read it.
 
 Transcript mapping: system items become the `system` parameter; an assistant item becomes an
 `assistant` message of a text block and `tool_use` blocks; the tool results that follow it
@@ -15,8 +17,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
-
 from ..api import ModelEndpoint
 from ..engine.jsontext import MAX_JSON_CHARS
 from ..engine.model import ModelError, ModelRequest, ModelResponse
@@ -29,13 +29,15 @@ from ..engine.transcript import (
     ToolResult,
     UserMessage,
 )
-from ..tls import shared_ssl_context
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
+from .transport import JsonEndpoint
 from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 1024
+API_VERSION = "2023-06-01"
+"""The `anthropic-version` header (the Messages API version the SDKs send)."""
 OUTPUT_TOOL = "_final_answer"
 """The forced tool that carries a structured answer (a leading `_` cannot clash with a Tool
 object's model name, which starts with a letter or digit)."""
@@ -103,20 +105,16 @@ class AnthropicModelClient:
         self._policy = RetryPolicy.from_endpoint(endpoint)
         self._what = endpoint_label(endpoint)
         base_url = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
-        if base_url.endswith("/v1"):  # the SDK adds /v1/messages itself
+        if base_url.endswith("/v1"):  # as the SDK does: /v1/messages is added below
             base_url = base_url[: -len("/v1")]
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key or "",
-            base_url=base_url,
-            max_retries=0,
-            timeout=self._policy.timeout,
-            http_client=anthropic.DefaultAsyncHttpxClient(
-                timeout=self._policy.timeout, verify=shared_ssl_context()
-            ),
-        )
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        self._http = JsonEndpoint(base_url + "/v1/messages", headers, {})
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of `messages.create` for one request."""
+        """The JSON body of one request (`extraBody` and the sampling options merged in last,
+        as the SDK merges `extra_body`)."""
         spec = self._spec
         system, messages = split_system(request.items)
         params: dict[str, Any] = {
@@ -149,84 +147,83 @@ class AnthropicModelClient:
             )
         if tools:
             params["tools"] = tools
-        # Sampling options go in the body directly: recent SDKs dropped them as arguments.
-        extra: dict[str, Any] = {}
         for option, name in (("temperature", "temperature"), ("top_p", "top_p")):
             value = spec.option(option)
             if value is not None:
-                extra[name] = value
-        extra.update(spec.extra_body or {})
-        if extra:
-            params["extra_body"] = extra
+                params[name] = value
+        params.update(spec.extra_body or {})
         return params
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        params = self.request_params(request)
+        body = self.request_params(request)
 
         async def attempt(timeout: float) -> Any:
-            return await self._client.messages.create(**params, timeout=timeout)
+            return await self._http.post(body)
 
         message = await call_with_retries(
             attempt, classify, self._policy, request.deadline, self._what
         )
         try:
             return self._response(message, request)
-        except UNREADABLE as exc:  # a body of the wrong shape (the SDK does not validate)
+        except UNREADABLE as exc:  # a body of the wrong shape
             raise ModelError(f"{self._what}: unreadable response ({type(exc).__name__})") from None
 
     def _response(self, message: Any, request: ModelRequest) -> ModelResponse:
-        """The answer as ordo's types. Odd names and ids stay as sent: the engine's
-        normaliser (engine/sanitize.py) makes them unique and safe."""
+        """The answer as ordo's types, read from the JSON body. Odd names and ids stay as
+        sent: the engine's normaliser (engine/sanitize.py) makes them unique and safe."""
         structured = request.output_schema is not None
-        content = getattr(message, "content", None)
+        content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             raise ModelError(f"{self._what}: the response has no content")
         texts: list[str] = []
         calls: list[ToolCall] = []
         answer: str | None = None
         for block in content:
-            kind = getattr(block, "type", None)
+            kind = block.get("type")
             if kind == "text":
-                if isinstance(block.text, str):
-                    texts.append(block.text)
+                if isinstance(block.get("text"), str):
+                    texts.append(block["text"])
             elif kind == "tool_use":
-                raw_input = getattr(block, "input", None)
-                name = block.name if isinstance(block.name, str) else ""
-                # The SDK parsed the body already; refuse what is too deep or not plain JSON
-                # before serialising it (arguments None: the loop rejects the call).
+                raw_input = block.get("input")
+                name = _text(block.get("name"))
+                # Refuse what is too deep or not plain JSON before serialising it
+                # (arguments None: the loop rejects the call).
                 plain = isinstance(raw_input, dict) and json_value_ok(raw_input)
                 if structured and name == OUTPUT_TOOL:
                     answer = json.dumps(raw_input) if plain else ""
                     continue
                 raw = json.dumps(raw_input) if plain else ""
                 arguments = raw_input if plain and len(raw) <= MAX_JSON_CHARS else None
-                call_id = block.id if isinstance(block.id, str) else ""
-                calls.append(ToolCall(call_id, name, arguments, raw))
+                calls.append(ToolCall(_text(block.get("id")), name, arguments, raw))
         text = "".join(texts)
         if answer is not None and not calls:
             text = answer
-        usage = getattr(message, "usage", None)
-        input_tokens = reported(getattr(usage, "input_tokens", None))
+        usage = message.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
+        input_tokens = reported(usage.get("input_tokens"))
         if input_tokens is not None:
             for cached in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-                input_tokens += reported(getattr(usage, cached, None)) or 0
-        stop_reason = getattr(message, "stop_reason", None)
+                input_tokens += reported(usage.get(cached)) or 0
         return ModelResponse(
             text=text,
             tool_calls=tuple(calls),
             usage=usage_or_estimate(
                 input_tokens,
-                reported(getattr(usage, "output_tokens", None)),
+                reported(usage.get("output_tokens")),
                 request,
                 text,
                 calls,
             ),
-            finish_reason=stop_reason if isinstance(stop_reason, str) else "",
-            response_model=getattr(message, "model", ""),  # checked by engine/sanitize.py
+            finish_reason=_text(message.get("stop_reason")),
         )
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._http.close()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:

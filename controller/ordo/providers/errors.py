@@ -1,17 +1,18 @@
 """One classification of model-call exceptions for every SDK-backed provider.
 
-`classify` turns an exception raised by an attempt (the `openai` or `anthropic` SDK, httpx
-underneath them, or the parsing of what came back) into a content-free `Failure` that
+`classify` turns an exception raised by an attempt (ordo's aiohttp transport,
+providers/transport.py, or the parsing of what came back) into a content-free `Failure` that
 `retry.call_with_retries` acts on: retryable failures end, once the attempts run out, in
 `ordo.errors.ModelUnavailable`; the others end at once in `ordo.errors.ModelError`.
 
 | exception | failure |
 |---|---|
-| `APIStatusError` (either SDK) 429, 5xx | retryable, `HTTP <status> (<error type>)`, `Retry-After` honoured |
-| `APIStatusError` other 4xx | not retryable |
-| `APITimeoutError`, `httpx.TimeoutException` | retryable, `the HTTP request timed out` |
-| `APIConnectionError`, `httpx.TransportError` | retryable, `connection error (<cause type>)` |
-| any other SDK error, `ValueError` (bad JSON, bad UTF-8), `RecursionError` (a body nested too deep to parse), `TypeError`/`AttributeError`/`KeyError` (a body of the wrong shape) | not retryable, `unreadable response (<type>)` |
+| `HttpStatusError` 429, 5xx | retryable, `HTTP <status> (<error type>)`, `Retry-After` honoured |
+| `HttpStatusError` other (4xx, a 3xx: redirects are not followed) | not retryable |
+| `aiohttp.ServerTimeoutError`, `TimeoutError` | retryable, `the HTTP request timed out` (`retry.py` catches a `TimeoutError` itself) |
+| `aiohttp.ClientConnectionError`, `aiohttp.ClientPayloadError` (body cut short), `OSError` | retryable, `connection error (<type>)` |
+| `ResponseTooLarge`, `ValueError` (bad JSON, bad UTF-8), `RecursionError` (a body nested too deep to parse), `TypeError`/`AttributeError`/`KeyError`/`IndexError` (a body of the wrong shape) | not retryable, `unreadable response (<type>)` |
+| any other `aiohttp.ClientError` (an invalid URL, ...) | not retryable, `request failed (<type>)` |
 | anything else | not classified: it propagates (a bug, not the server's doing) |
 
 Messages carry the status code, the provider's error type when it is a short identifier, and
@@ -20,17 +21,13 @@ exception type names: never a URL, a header, the request or the response body.
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
+import aiohttp
 import httpx
 
 from ..api import ModelEndpoint
 from .retry import Failure, parse_retry_after, safe_token, status_failure
+from .transport import HttpStatusError
 
-SDKS = ("openai", "anthropic")
-"""SDK packages whose exception types are recognised (only those already imported are
-looked at, so classifying never imports an SDK)."""
 UNREADABLE = (ValueError, RecursionError, TypeError, AttributeError, KeyError, IndexError)
 """Exceptions that mean the answer could not be read as the protocol says."""
 
@@ -72,46 +69,18 @@ def endpoint_label(endpoint: ModelEndpoint) -> str:
     return f"ModelEndpoint {name} ({endpoint.spec.provider}{where})"
 
 
-def _loaded_sdks() -> list[Any]:
-    return [module for name in SDKS if (module := sys.modules.get(name)) is not None]
-
-
-def _error_type(exc: Any) -> str | None:
-    for attribute in ("code", "error_code", "type"):
-        token = safe_token(getattr(exc, attribute, None))
-        if token is not None:
-            return token
-    return None
-
-
 def classify(exc: Exception) -> Failure | None:
     """An attempt's exception as a content-free Failure (None: let it propagate)."""
-    sdks = _loaded_sdks()
-    for sdk in sdks:
-        if isinstance(exc, sdk.APIStatusError):
-            response = getattr(exc, "response", None)
-            headers = dict(response.headers) if response is not None else None
-            return status_failure(exc.status_code, _error_type(exc), parse_retry_after(headers))
-    for sdk in sdks:
-        if isinstance(exc, sdk.APITimeoutError):
-            return Failure(True, "the HTTP request timed out")
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, HttpStatusError):
+        return status_failure(
+            exc.status, safe_token(exc.error_type), parse_retry_after(exc.headers)
+        )
+    if isinstance(exc, aiohttp.ServerTimeoutError | TimeoutError):
         return Failure(True, "the HTTP request timed out")
-    for sdk in sdks:
-        if isinstance(exc, sdk.APIConnectionError):
-            return _connection_failure(exc)
-    if isinstance(exc, httpx.TransportError):
-        return _connection_failure(exc)
-    if isinstance(exc, UNREADABLE) or any(
-        isinstance(exc, getattr(sdk, base))
-        for sdk in sdks
-        for base in ("OpenAIError", "AnthropicError")
-        if hasattr(sdk, base)
-    ):
+    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | OSError):
+        return Failure(True, f"connection error ({type(exc).__name__})")
+    if isinstance(exc, UNREADABLE):
         return Failure(False, f"unreadable response ({type(exc).__name__})")
+    if isinstance(exc, aiohttp.ClientError):
+        return Failure(False, f"request failed ({type(exc).__name__})")
     return None
-
-
-def _connection_failure(exc: Exception) -> Failure:
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return Failure(True, f"connection error ({type(cause).__name__})")

@@ -1,5 +1,9 @@
-"""OpenAI Chat Completions through the official `openai` SDK: providers `openai`,
-`azure-openai`, `openai-compatible` (vLLM, LiteLLM, ...) and `ollama`.
+"""OpenAI Chat Completions: providers `openai`, `azure-openai`, `openai-compatible` (vLLM,
+LiteLLM, ...) and `ollama`, over ordo's aiohttp transport (transport.py; why not the `openai`
+SDK's HTTP stack: docs/decisions.md). The request and response are the protocol's JSON, as the
+SDK would send and read them: `POST {baseUrl}/chat/completions` with `Authorization: Bearer`,
+or for azure-openai `POST {baseUrl}/openai/deployments/{deployment}/chat/completions
+?api-version=...` with an `api-key` header.
 
 Transcript mapping: system and user items become `system`/`user` messages; an assistant item
 becomes an `assistant` message with `tool_calls` (function name + the model's raw argument
@@ -11,13 +15,8 @@ adds (set `extraBody.response_format` to turn on a server's JSON mode).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from typing import Any
-
-import openai
-from openai.types.chat import ChatCompletion
 
 from ..api import ModelEndpoint
 from ..engine.jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, bounded_json_loads
@@ -31,9 +30,9 @@ from ..engine.transcript import (
     UserMessage,
 )
 from ..errors import UntrustedInputTooLarge
-from ..tls import shared_ssl_context
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
+from .transport import JsonEndpoint
 from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URLS = {
@@ -43,19 +42,6 @@ DEFAULT_BASE_URLS = {
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
 """Providers sent `response_format: json_schema` when the run has an output schema."""
-_NO_KEY = "no-key"
-"""The SDK insists on a key; keyless endpoints get this and the header is omitted."""
-
-
-class _HttpClient(openai.DefaultAsyncHttpxClient):
-    """The SDK's default HTTP client (its timeout, connection limits and redirects) with the
-    shared TLS context; like the SDK's own default it closes itself when it is collected."""
-
-    def __del__(self) -> None:
-        if self.is_closed:
-            return
-        with contextlib.suppress(RuntimeError):  # no running loop: nothing to close with
-            asyncio.get_running_loop().create_task(self.aclose())
 
 
 def to_messages(items: list[Item] | tuple[Item, ...]) -> list[dict[str, Any]]:
@@ -107,19 +93,6 @@ def parse_arguments(raw: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def post_arguments(params: dict[str, Any]) -> tuple[dict[str, Any], openai.RequestOptions]:
-    """`request_params` split into the JSON body and the SDK request options, as
-    `chat.completions.create` would pass them (`extra_body` merged into the body by the SDK,
-    `extra_headers` as headers, bearer auth)."""
-    body = {k: v for k, v in params.items() if k not in ("extra_body", "extra_headers")}
-    options: openai.RequestOptions = {"security": {"bearer_auth": True}}
-    if "extra_headers" in params:
-        options["headers"] = params["extra_headers"]
-    if "extra_body" in params:
-        options["extra_json"] = params["extra_body"]
-    return body, options
-
-
 class OpenAIModelClient:
     """A ModelClient speaking Chat Completions."""
 
@@ -130,36 +103,30 @@ class OpenAIModelClient:
         self._spec = spec
         self._policy = RetryPolicy.from_endpoint(endpoint)
         self._what = endpoint_label(endpoint)
-        self._keyless = not api_key
-        key = api_key or _NO_KEY
+        headers: dict[str, str] = {}
+        query: dict[str, str] = {}
         if spec.provider == "azure-openai":
             if not spec.base_url:
                 raise ValueError(
                     "azure-openai needs spec.baseUrl (https://<resource>.openai.azure.com)"
                 )
-            self._client: openai.AsyncOpenAI = openai.AsyncAzureOpenAI(
-                azure_endpoint=spec.base_url,
-                azure_deployment=spec.option("deployment", self.model),
-                api_version=spec.option("api_version", DEFAULT_AZURE_API_VERSION),
-                api_key=key,
-                max_retries=0,
-                timeout=self._policy.timeout,
-                http_client=_HttpClient(timeout=self._policy.timeout, verify=shared_ssl_context()),
-            )
+            deployment = str(spec.option("deployment", self.model))
+            url = f"{spec.base_url.rstrip('/')}/openai/deployments/{deployment}/chat/completions"
+            query["api-version"] = str(spec.option("api_version", DEFAULT_AZURE_API_VERSION))
+            if api_key:
+                headers["api-key"] = api_key
         else:
             base_url = spec.base_url or DEFAULT_BASE_URLS.get(spec.provider)
             if not base_url:
                 raise ValueError(f"provider {spec.provider} needs spec.baseUrl")
-            self._client = openai.AsyncOpenAI(
-                api_key=key,
-                base_url=base_url,
-                max_retries=0,
-                timeout=self._policy.timeout,
-                http_client=_HttpClient(timeout=self._policy.timeout, verify=shared_ssl_context()),
-            )
+            url = base_url.rstrip("/") + "/chat/completions"
+            if api_key:  # keyless endpoints (ollama, a local vLLM) get no Authorization
+                headers["Authorization"] = f"Bearer {api_key}"
+        self._http = JsonEndpoint(url, headers, query)
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of `chat.completions.create` for one request."""
+        """The JSON body of one request (`extraBody` merged in last, as the SDK merges
+        `extra_body`)."""
         spec = self._spec
         params: dict[str, Any] = {
             "model": self.model,
@@ -191,68 +158,63 @@ class OpenAIModelClient:
                 "json_schema": {"name": "output", "schema": request.output_schema, "strict": False},
             }
         if spec.extra_body:
-            params["extra_body"] = dict(spec.extra_body)
-        if self._keyless:
-            params["extra_headers"] = {"Authorization": openai.Omit()}
+            params.update(spec.extra_body)
         return params
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        params = self.request_params(request)
-        body, options = post_arguments(params)
+        body = self.request_params(request)
 
         async def attempt(timeout: float) -> Any:
-            # The SDK's generic `post`, as `chat.completions.create` calls it, minus create's
-            # TypedDict transform: that walks every message and tool schema against the
-            # param types' unions and costs about as much as the rest of the call (half the
-            # client CPU of a step, see docs/benchmarks.md), while ordo's params are plain
-            # JSON already. Same URL, headers, auth, timeout, errors and ChatCompletion.
-            return await self._client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                body=body,
-                options={**options, "timeout": timeout},
-            )
+            return await self._http.post(body)
 
         completion = await call_with_retries(
             attempt, classify, self._policy, request.deadline, self._what
         )
         try:
             return self._response(completion, request)
-        except UNREADABLE as exc:  # a body of the wrong shape (the SDK does not validate)
+        except UNREADABLE as exc:  # a body of the wrong shape
             raise ModelError(f"{self._what}: unreadable response ({type(exc).__name__})") from None
 
     def _response(self, completion: Any, request: ModelRequest) -> ModelResponse:
-        """The answer as ordo's types. Missing ids stay empty and odd names stay as sent: the
-        engine's normaliser (engine/sanitize.py) makes them unique and safe."""
-        choices = getattr(completion, "choices", None)
-        if not choices:
+        """The answer as ordo's types, read from the JSON body. Missing ids stay empty and odd
+        names stay as sent: the engine's normaliser (engine/sanitize.py) makes them unique and
+        safe. A field of the wrong type raises TypeError/AttributeError (unreadable)."""
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not choices or not isinstance(choices, list):
             raise ModelError(f"{self._what}: the response has no choices")
         choice = choices[0]
-        message = choice.message
+        message = choice.get("message") or {}
         calls: list[ToolCall] = []
-        for call in message.tool_calls or []:
-            function = getattr(call, "function", None)
-            if function is None:  # a custom (non-function) tool call: never offered
+        for call in message.get("tool_calls") or []:
+            function = call.get("function")
+            if not isinstance(function, dict):  # a custom (non-function) tool call: never offered
                 continue
-            raw = function.arguments if isinstance(function.arguments, str) else ""
-            name = function.name if isinstance(function.name, str) else ""
-            call_id = call.id if isinstance(call.id, str) else ""
-            calls.append(ToolCall(call_id, name, parse_arguments(raw), raw))
-        text = message.content if isinstance(message.content, str) else ""
-        usage = getattr(completion, "usage", None)
+            raw = _text(function.get("arguments"))
+            calls.append(
+                ToolCall(
+                    _text(call.get("id")), _text(function.get("name")), parse_arguments(raw), raw
+                )
+            )
+        text = _text(message.get("content"))
+        usage = completion.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         return ModelResponse(
             text=text,
             tool_calls=tuple(calls),
             usage=usage_or_estimate(
-                reported(getattr(usage, "prompt_tokens", None)),
-                reported(getattr(usage, "completion_tokens", None)),
+                reported(usage.get("prompt_tokens")),
+                reported(usage.get("completion_tokens")),
                 request,
                 text,
                 calls,
             ),
-            finish_reason=choice.finish_reason if isinstance(choice.finish_reason, str) else "",
-            response_model=getattr(completion, "model", ""),  # checked by engine/sanitize.py
+            finish_reason=_text(choice.get("finish_reason")),
         )
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._http.close()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
