@@ -121,3 +121,15 @@ def test_zero_window_writes_every_step_inline() -> None:
 
     store, progress = asyncio.run(scenario())
     assert [s.step for s in store.saved] == [1] and progress == [1]
+
+
+def test_a_stopped_run_flushes_its_last_step_instead_of_dropping_it() -> None:
+    async def scenario() -> tuple[Store, list[int]]:
+        store, progress, writes = run_writes(flush_seconds=60)
+        state = started("c1", answered=True)
+        await writes(StepFinished(state))
+        await writes.close(flush=True)  # a shutdown: the next process resumes from it
+        return store, progress
+
+    store, progress = asyncio.run(scenario())
+    assert [s.step for s in store.saved] == [1] and progress == [1]

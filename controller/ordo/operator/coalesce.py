@@ -173,11 +173,17 @@ class RunWrites:
         await self._progress(state)
         self.flushes += 1
 
-    async def close(self) -> None:
-        """The run ended: drop a flush that has not started, wait for one in flight."""
-        flush, self._flush = self._flush, None
-        if flush is None:
-            return
-        if not self._flushing:
-            flush.cancel()
-        await asyncio.gather(flush, return_exceptions=True)
+    async def close(self, *, flush: bool = False) -> None:
+        """The run ended: drop a flush that has not started, wait for one in flight. With
+        `flush` (the run was stopped, e.g. by a shutdown, and will be resumed), write the
+        pending step boundary now instead of dropping it (best effort)."""
+        pending, self._flush = self._flush, None
+        if pending is not None:
+            if not self._flushing:
+                pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        if flush and self._boundary is not None:
+            try:
+                await self._write_boundary()
+            except Exception as exc:  # fenced, lease lost, API down: resume from the last one
+                log.warning("final flush failed", extra={"ordo": {"error": type(exc).__name__}})

@@ -140,9 +140,12 @@ class Runner:
                 model_factory=self.model_factory,
                 started_at=parse_time(status.get("startedAt")),
             )
-        finally:
-            if writes is not None:  # no flush may land after the terminal write
-                await writes.close()
+        except BaseException:
+            if writes is not None:  # stopped (shutdown): keep the last finished step
+                await writes.close(flush=True)
+            raise
+        if writes is not None:  # no flush may land after the terminal write
+            await writes.close()
         if outcome.abandoned:
             log.warning(
                 "this execution no longer owns the Task (lease lost or another execution "
