@@ -4,12 +4,17 @@ run re-reads its governance at each boundary (engine/livepolicy.py), narrowing o
 
 from __future__ import annotations
 
+import json
+import shutil
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ordo.cli import main
 from ordo.engine.governance import Governance
 from ordo.engine.livepolicy import PolicyUpdate, narrowed
 from ordo.engine.loop import run_agent
@@ -35,6 +40,8 @@ from support.engine_fakes import (
     toolbox,
     tools_turn,
 )
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def store_with(*extra: dict[str, Any], tools: tuple[str, ...] = ("alpha", "beta")) -> DictStore:
@@ -345,3 +352,41 @@ def test_applying_an_update_only_narrows(
         assert out.token_budget is not None and out.token_budget <= new_budget
     assert out.on_tool_denied == ("Fail" if "Fail" in (mode, new_mode) else "ReturnError")
     assert not out.governance.decide("beta").allowed  # the update's extra tool is not added
+
+
+# --------------------------------------------------------------------------------------
+# `ordo run`: the same from manifest files
+
+
+def test_ordo_run_applies_suspend_and_allowed_tools_from_manifests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(EXAMPLES / "governance", tmp_path / "gov")
+    (tmp_path / "gov" / "bindings.yaml").write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: ordo.dev/v1alpha1
+            kind: AgentPolicy
+            metadata: {name: freeze-interns}
+            spec:
+              agentSelector: {matchLabels: {tier: intern}}
+              suspend: true
+            ---
+            apiVersion: ordo.dev/v1alpha1
+            kind: AgentPolicy
+            metadata: {name: reads-only}
+            spec:
+              allowedTools: [read-records]
+            """
+        )
+    )
+    assert main(["run", "-q", "-o", "json", "-f", str(tmp_path / "gov")]) == 1
+    out = capsys.readouterr().out
+    docs = json.loads(out) if out.lstrip().startswith("[") else [json.loads(out)]
+    status = {d["metadata"]["name"]: d["status"] for d in docs}
+    intern, auditor = status["intern-cleanup"], status["auditor-cleanup"]
+    assert (intern["reason"], intern["step"]) == ("AgentSuspended", 0)
+    assert "'freeze-interns'" in intern["message"]
+    # The auditor lists delete-records, outside reads-only's allowlist: no model call.
+    assert (auditor["reason"], auditor["step"]) == ("ToolDenied", 0)
+    assert "'reads-only'" in auditor["message"] and not auditor.get("toolCalls")
