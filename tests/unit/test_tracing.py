@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.support.traced import traced_set
 
 from ordo.api import Task, manifests
 from ordo.engine.events import Event
@@ -30,7 +31,7 @@ CANARY = "canary-7f3e-CONTENT"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
 
-MANIFESTS = f"""
+MOCK_ENDPOINT = f"""
 apiVersion: ordo.dev/v1alpha1
 kind: ModelEndpoint
 metadata: {{name: model}}
@@ -43,38 +44,8 @@ spec:
           - tool: lookup
             arguments: {{query: "{CANARY}-arguments"}}
       - text: "{CANARY}-answer"
----
-apiVersion: ordo.dev/v1alpha1
-kind: Tool
-metadata: {{name: lookup}}
-spec:
-  type: mock
-  description: Looks things up.
-  inputSchema:
-    type: object
-    properties: {{query: {{type: string}}}}
-  mock:
-    result: {{found: "{CANARY}-result"}}
-  idempotent: true
----
-apiVersion: ordo.dev/v1alpha1
-kind: Agent
-metadata: {{name: researcher}}
-spec:
-  modelRef: model
-  prompt: "{CANARY}-prompt"
-  tools: [lookup]
----
-apiVersion: ordo.dev/v1alpha1
-kind: Task
-metadata:
-  name: traced
-  annotations:
-    ordo.dev/traceparent: 00-{TRACE_ID}-{PARENT_SPAN}-01
-spec:
-  agentRef: researcher
-  input: "{CANARY}-input"
 """
+MANIFESTS = traced_set(MOCK_ENDPOINT, canary=CANARY, trace_id=TRACE_ID, parent=PARENT_SPAN)
 
 
 @pytest.fixture

@@ -216,6 +216,7 @@ class AnthropicModelClient:
                 calls,
             ),
             finish_reason=_text(message.get("stop_reason")),
+            response_model=_text(message.get("model")),
         )
 
     async def close(self) -> None:

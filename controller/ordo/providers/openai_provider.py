@@ -210,6 +210,7 @@ class OpenAIModelClient:
                 calls,
             ),
             finish_reason=_text(choice.get("finish_reason")),
+            response_model=_text(completion.get("model")),
         )
 
     async def close(self) -> None:
