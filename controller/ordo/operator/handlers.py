@@ -13,6 +13,7 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
+from .cache import CachedStore, ObjectCache
 from .health import HealthServer, PortInUse
 from .jobs import COMPONENT, MANAGED_BY, JobSettings
 from .kube import KubeClient, login
@@ -53,6 +54,7 @@ class OperatorState:
 
     config: OperatorConfig
     client: KubeClient | None = None
+    cache: ObjectCache | None = None
     scheduler: TaskScheduler | None = None
     readiness: ReadinessReconciler | None = None
     health: HealthServer | None = None
@@ -104,6 +106,10 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     )
     metrics = STATE.metrics
     STATE.client.on_request = lambda verb: metrics.kube_requests.labels(verb).inc()
+    # References are read from a watch-fed cache (cache.py), scoped as kopf's watches are.
+    STATE.cache = ObjectCache(STATE.client, cfg.namespaces or None, metrics=metrics)
+    await STATE.cache.start()
+    store = CachedStore(STATE.cache, STATE.client)
     STATE.scheduler = TaskScheduler(
         STATE.client,
         settings=SchedulerSettings(
@@ -117,11 +123,14 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             reference_grace_seconds=cfg.reference_grace_seconds,
         ),
         metrics=STATE.metrics,
+        store=store,
+        cache=STATE.cache,
     )
     STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
-    STATE.readiness = ReadinessReconciler(STATE.client)
+    STATE.readiness = ReadinessReconciler(STATE.client, store, STATE.cache)
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
     STATE.health.namespaces = list(cfg.namespaces)
+    STATE.health.cache = STATE.cache
     try:
         await STATE.health.start()
     except PortInUse as exc:  # exit, not kopf's endless retry of a startup handler
@@ -161,6 +170,8 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
         await STATE.retention.shutdown()
     if STATE.health is not None:
         await STATE.health.stop()
+    if STATE.cache is not None:
+        await STATE.cache.stop()
     if STATE.client is not None:
         await STATE.client.close()
 

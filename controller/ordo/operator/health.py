@@ -10,8 +10,12 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .cache import ObjectCache
 from .kube import KubeClient
 from .metrics import Metrics
+
+SHOWN_UNSYNCED = 5
+"""How many unsynced caches a /readyz answer names."""
 
 
 class PortInUse(OSError):
@@ -34,14 +38,23 @@ class HealthServer:
         self._runners: list[web.AppRunner] = []
         self.namespaces: list[str] = []
         """Watched namespaces (empty: all), probed by /readyz."""
+        self.cache: ObjectCache | None = None
+        """The operator's watch-fed cache: /readyz fails until every informer is synced."""
         self._ready_until = 0.0
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        """Ready when this identity can list Tasks where it watches (API reachable and RBAC
-        in place); the answer is cached for a few seconds."""
+        """Ready when the caches are synced and this identity can list Tasks where it watches
+        (API reachable and RBAC in place); the Task probe's answer is cached for a few
+        seconds."""
+        if self.cache is not None and not self.cache.synced():
+            names = self.cache.unsynced()
+            shown = ", ".join(names[:SHOWN_UNSYNCED]) + (
+                " ..." if len(names) > SHOWN_UNSYNCED else ""
+            )
+            return web.Response(status=503, text=f"caches not synced: {shown}\n")
         now = time.monotonic()
         if self._ready_until > now:
             return web.Response(text="ok\n")

@@ -7,8 +7,9 @@ and fast. Errors carry the status code and the API's reason, never request bodie
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
@@ -24,7 +25,15 @@ from .kubeerrors import (
     transport_error,
 )
 
-__all__ = ["ApiError", "Fenced", "KubeClient", "login", "patch_test_failed", "path"]
+__all__ = [
+    "ApiError",
+    "Fenced",
+    "KubeClient",
+    "collection_path",
+    "login",
+    "patch_test_failed",
+    "path",
+]
 
 RETRY_ATTEMPTS = 5
 """Attempts of a request that is safe to repeat (reads, idempotent writes)."""
@@ -317,6 +326,76 @@ class KubeClient:
                 raise Fenced(kind, name) from None
             raise
 
+    async def list_versioned(
+        self, kind: str, namespace: str | None, page_size: int = 500
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object of an ordo `kind` in `namespace` (None: all namespaces) and the
+        list's resourceVersion (where a watch starts), read in pages of `page_size`."""
+        items: builtins.list[dict[str, Any]] = []
+        params: dict[str, str] = {"limit": str(page_size)}
+        version = ""
+        while True:
+            result = await self._request(
+                "list", "GET", collection_path(kind, namespace), params=params, idempotent=True
+            )
+            items.extend(result.get("items") or [])
+            meta = result.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            if not meta.get("continue"):
+                return items, version
+            params = {"limit": str(page_size), "continue": str(meta["continue"])}
+
+    async def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 300,
+        on_open: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Watch events (`{"type": ..., "object": ...}`, bookmarks included) of an ordo `kind`
+        in `namespace` (None: all) after `resource_version`, until the server ends the
+        stream (after about `timeout_seconds`). `on_open` is called once the API accepted
+        the watch. Not retried: a failed request raises `ApiError` (a transport failure mid
+        stream too); the caller resumes or relists. An `ERROR` event is yielded as is."""
+        self.requests["watch"] = self.requests.get("watch", 0) + 1
+        if self.on_request is not None:
+            self.on_request("watch")
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        timeout = httpx.Timeout(10.0, read=timeout_seconds + 30.0)
+        client = self._client
+        try:
+            async with client.stream(
+                "GET", collection_path(kind, namespace), params=params, timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise response_error(response)
+                if on_open is not None:
+                    on_open()
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise ApiError(200, "InvalidResponse", "non-JSON watch event") from None
+                    if isinstance(event, dict):
+                        yield event
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from None
+        except ApiError as exc:
+            if exc.status == 401 and self._relogin is not None and client is self._client:
+                self._client = self._build(self._relogin())  # a rotated token
+                await client.aclose()
+            raise
+
     async def list_tasks_probe(self, namespace: str | None) -> None:
         """List at most one Task (in `namespace`, or across all): a cheap RBAC-aware probe."""
         url = path("Task", namespace) if namespace else f"/apis/{GROUP}/{VERSION}/tasks"
@@ -325,6 +404,13 @@ class KubeClient:
     async def version(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("get", "GET", "/version", idempotent=True)
         return result
+
+
+def collection_path(kind: str, namespace: str | None) -> str:
+    """The collection of an ordo `kind` in `namespace`, or across all namespaces (None)."""
+    if namespace is not None:
+        return path(kind, namespace)
+    return f"/apis/{GROUP}/{VERSION}/{KINDS[kind].plural}"
 
 
 def pointer_token(key: str) -> str:

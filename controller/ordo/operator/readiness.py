@@ -9,12 +9,15 @@ reconciler (which objects to re-evaluate, and the status patch) and re-exports t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from pydantic import ValidationError
 
 from ..errors import StoreError, validation_problem
+from ..runtime.store import ObjectStore
+from .cache import ObjectCache
 from .conditions import same_conditions, set_condition
 from .kube import ApiError, KubeClient
 from .store import KubeStore
@@ -62,6 +65,9 @@ log = logging.getLogger("ordo.readiness")
 
 RESYNC_CONCURRENCY = 4
 """Objects evaluated at once on a resync (probes run in parallel, bounded)."""
+SYNC_WAIT_SECONDS = 30.0
+"""How long an evaluation waits for the operator's cache to sync (at startup) before it
+reports what it can read (`Unknown`, `CannotRead`, when the cache stays unreadable)."""
 
 DEPENDENTS: dict[str, tuple[str, ...]] = {
     "Agent": ("AgentRole", "AgentPolicy"),
@@ -92,15 +98,31 @@ def _fingerprint(body: dict[str, Any]) -> tuple[Any, ...]:
 class ReadinessReconciler:
     """Keeps `Ready` (and the counts) current for the configuration kinds it has seen."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        store: ObjectStore | None = None,
+        cache: ObjectCache | None = None,
+    ) -> None:
+        """Verdicts read through `store` (default: the API); with the operator's `cache`
+        (behind `store`) an evaluation first waits, bounded, for it to sync."""
         self.client = client
-        self.store = KubeStore(client)
+        self.store = store or KubeStore(client)
+        self.cache = cache
         self.seen: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
 
     async def observe(self, kind: str, body: dict[str, Any], event_type: str | None) -> None:
         meta = body.get("metadata") or {}
         key = (kind, meta.get("namespace", "default"), meta.get("name", ""))
+        if self.cache is not None:
+            # kopf's watch may report a change before the cache's own watch applied it: the
+            # verdicts (this object's and its dependents') read the cache.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.cache.wait_caught_up(kind, key[1], str(meta.get("resourceVersion", ""))),
+                    SYNC_WAIT_SECONDS,
+                )
         if event_type == "DELETED":
             self.seen.pop(key, None)
             self._locks.pop(key, None)
@@ -131,12 +153,17 @@ class ReadinessReconciler:
         meta = body["metadata"]
         key = (kind, meta["namespace"], meta["name"])
         async with self._locks.setdefault(key, asyncio.Lock()):
+            if self.cache is not None and not self.cache.synced(key[1]):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.cache.wait_synced(key[1]), SYNC_WAIT_SECONDS)
             try:
                 verdict = await EVALUATORS[kind](body, self.store)
             except ValidationError as exc:
                 verdict = Verdict("False", "InvalidSpec", f"invalid at {validation_problem(exc)}")
             except StoreError as exc:
                 verdict = Verdict("Unknown", "CannotRead", str(exc))
+            # A GET, not the cache: kopf's watch may deliver this event before the cache's
+            # watch does, and the Ready condition must carry the generation it judged.
             fresh = await self.client.get(kind, meta["namespace"], meta["name"])
             if fresh is None:
                 return

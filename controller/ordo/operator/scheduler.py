@@ -12,6 +12,10 @@ Failures of the job itself are bounded: a transient Kubernetes API failure (tran
 so no model request is ever repeated because the operator stumbled. A periodic `sweep` picks
 up Tasks whose job gave up on transient errors.
 
+References (the Agent for the execution mode, the GitOps pre-check, the run's resolution) are
+read through `store`; in the operator that is the watch-fed cache (cache.py), and a Task is
+not claimed until the caches of its namespace are synced.
+
 Waiting for capacity is in capacity.py; the steps of execution mode Job (record the mode,
 start and supervise the Task's batch Job) are in jobmode.py.
 """
@@ -33,7 +37,9 @@ from ..api import TERMINAL_PHASES, Task
 from ..api.agent import ExecutionMode
 from ..errors import validation_problem
 from ..runtime import ModelFactory, TaskOutcome, default_model_factory, internal_error
+from ..runtime.store import ObjectStore
 from . import logs
+from .cache import NotSynced, ObjectCache
 from .capacity import acquire, mark_waiting
 from .claim import Claimer
 from .jobmode import NO_RUNNER_IMAGE, record_mode, resume_supervision, run_in_job
@@ -88,15 +94,21 @@ class TaskScheduler:
         settings: SchedulerSettings | None = None,
         metrics: Metrics | None = None,
         model_factory: ModelFactory = default_model_factory,
+        store: ObjectStore | None = None,
+        cache: ObjectCache | None = None,
     ) -> None:
+        """`store` resolves references (default: the API, `KubeStore`); with `cache` (the
+        operator's watch-fed cache, behind `store`) a Task waits until the caches of its
+        namespace are synced, and the Agent read for its execution mode is a cache read."""
         self.client = client
+        self.cache = cache
         self.settings = settings or SchedulerSettings()
         self.metrics = metrics or Metrics()
         self.writer = TaskWriter(client, self.metrics)
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         """This process, as the holder of execution leases."""
         self.claimer = Claimer(client, self.identity, self.settings.lease_seconds)
-        store = KubeStore(client)
+        store = store or KubeStore(client)
         self.references = ReferenceWait(
             client, store, self.writer.recorder, self.settings.reference_grace_seconds
         )
@@ -211,6 +223,8 @@ class TaskScheduler:
                     return
                 except asyncio.CancelledError:
                     return
+                except NotSynced:
+                    attempt -= 1  # the cache lost its watch meanwhile: wait for it again
                 except WaitForReferences as wait:
                     attempt -= 1  # bounded by the grace period, not by the retries
                     job.wake.clear()
@@ -267,6 +281,7 @@ class TaskScheduler:
             log.error("the task could not be marked failed; it is left for the next sweep")
 
     async def _attempt(self, namespace: str, name: str, job: Job, in_job: bool = False) -> None:
+        await self._wait_synced(namespace, job)
         self.metrics.pending.inc()
         waiting = True
         try:
@@ -304,6 +319,27 @@ class TaskScheduler:
             if waiting:
                 self.metrics.pending.dec()
 
+    async def _wait_synced(self, namespace: str, job: Job) -> None:
+        """Until the caches of `namespace` are synced the Task waits Pending, unclaimed (a
+        cancel ends the wait: cancelling reads no reference)."""
+        if self.cache is None or self.cache.synced(namespace):
+            return
+        log.info("waiting for the operator's caches of the namespace to sync")
+        synced = asyncio.create_task(self.cache.wait_synced(namespace))
+        cancelled = asyncio.create_task(job.cancel.wait())
+        try:
+            await asyncio.wait({synced, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            synced.cancel()
+            cancelled.cancel()
+
+    async def _agent(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Agent (for its execution mode): from the cache (NotSynced when unreadable),
+        or from the API without one."""
+        if self.cache is None:
+            return await self.client.get("Agent", namespace, name)
+        return self.cache.get("Agent", namespace, name)
+
     async def _process(self, body: dict[str, Any], job: Job) -> None:
         namespace = body["metadata"]["namespace"]
         phase = (body.get("status") or {}).get("phase")
@@ -330,7 +366,7 @@ class TaskScheduler:
             )
             return
 
-        agent = await self.client.get("Agent", namespace, task.spec.agent_ref)
+        agent = await self._agent(namespace, task.spec.agent_ref)
         mode = select_mode(
             agent,
             self.settings.default_execution_mode,
@@ -343,6 +379,8 @@ class TaskScheduler:
         resuming = phase == "Running"
         if not resuming:
             await self.references.check(task, body)  # GitOps order: a bounded wait
+        if self.cache is not None and not self.cache.synced(namespace):
+            raise NotSynced("references", namespace)  # never claim on an unreadable cache
         async with self._claim_locks.setdefault(namespace, asyncio.Lock()):
             if not resuming and task.spec.idempotency_key:
                 other = await self.claimer.duplicate_of(body)
