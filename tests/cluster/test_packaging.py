@@ -112,6 +112,7 @@ ORDO_KINDS = (
     "agentroles",
     "toolpermissions",
     "agentpolicies",
+    "guardrails",
     "memories",
     "tasks",
 )

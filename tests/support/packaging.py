@@ -39,6 +39,7 @@ ORDO_RESOURCES = (
     "agentroles",
     "toolpermissions",
     "agentpolicies",
+    "guardrails",
 )
 OPERATOR_RULES: frozenset[Rule] = frozenset(
     # kopf watches these (list + watch); ordo's client gets and lists them.

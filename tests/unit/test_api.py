@@ -58,7 +58,7 @@ def _example_documents() -> list[manifests.Document]:
 def test_crds_are_current() -> None:
     rendered = crdgen.render_all()
     on_disk = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert len(rendered) == 8
+    assert len(rendered) == 9
     assert sorted(on_disk) == sorted(rendered), "run `ordo crds`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"crds/{name} is stale: run `ordo crds`"
@@ -542,7 +542,33 @@ def _req(operator: str, values: list[str] | None = None) -> dict[str, Any]:
     return req
 
 
+GRL = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Guardrail", "metadata": {"name": "g"}}
+GRL_PATTERN = {"patterns": ["x"]}
+GRL_HTTP = {"url": "http://check.local/v1"}
+GRL_MODEL = {"modelRef": "judge", "instructions": "deny secrets"}
+
+
+def _grl(type_: str, **settings: Any) -> dict[str, Any]:
+    return {**GRL, "spec": {"type": type_, "points": ["input"], **settings}}
+
+
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
+    "self.type != 'pattern' || has(self.pattern)": (
+        [_grl("pattern", pattern=GRL_PATTERN), _grl("http", http=GRL_HTTP)],
+        [_grl("pattern")],
+    ),
+    "has(self.http) || self.type != 'http'": (
+        [_grl("http", http=GRL_HTTP), _grl("model", model=GRL_MODEL)],
+        [_grl("http")],
+    ),
+    "self.type != 'model' || has(self.model)": (
+        [_grl("model", model=GRL_MODEL), _grl("pattern", pattern=GRL_PATTERN)],
+        [_grl("model")],
+    ),
+    "[has(self.pattern), has(self.http), has(self.model)].filter(x, x).size() <= 1": (
+        [_grl("pattern", pattern=GRL_PATTERN)],
+        [_grl("pattern", pattern=GRL_PATTERN, http=GRL_HTTP)],
+    ),
     "!has(self.allow) || has(self.ref)": (
         [
             {**AGENT, "spec": {"modelRef": "m", "memory": {"ref": "x", "allow": ["read"]}}},

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .agent import MEMORY_OPERATIONS, Agent, AgentSpec, MemoryOperation
 from .base import API_VERSION, GROUP, VERSION, CelRule, Condition, Resource, parse_duration
+from .guardrail import Guardrail, GuardrailSpec
 from .memory import Memory, MemorySpec
 from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
@@ -123,6 +124,17 @@ KINDS: dict[str, KindInfo] = {
             ),
         ),
         KindInfo(
+            Guardrail,
+            "guardrails",
+            ("grail",),
+            (
+                _col("Type", ".spec.type"),
+                _col("Points", ".spec.points"),
+                _col("Ready", READY),
+                AGE,
+            ),
+        ),
+        KindInfo(
             Memory,
             "memories",
             ("omem",),
@@ -161,6 +173,8 @@ __all__ = [
     "AgentRoleSpec",
     "AgentSpec",
     "Condition",
+    "Guardrail",
+    "GuardrailSpec",
     "KindInfo",
     "Memory",
     "MemoryOperation",

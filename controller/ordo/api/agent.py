@@ -152,6 +152,9 @@ class AgentSpec(OrdoModel):
     """JSON Schema the final answer must satisfy (a Task's own `outputSchema` wins)."""
     execution: Execution | None = None
     """Execution mode of its Tasks (`InProcess` or `Job`) and the Job pod's resources."""
+    guardrails: NameList | None = None
+    """Names of Guardrails that check its runs (input, tool calls, tool results, answer), in
+    this order; a missing one fails the Task `GuardrailMissing` before any model call."""
 
     _check_output_schema = field_validator("output_schema")(user_schema)
 

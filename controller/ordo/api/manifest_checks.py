@@ -136,6 +136,7 @@ def check_limits(mset: ManifestSet) -> list[Problem]:
 def references(obj: Resource) -> list[tuple[str, str, str]]:
     """(field path, kind, name) of every reference an object makes to another ordo object."""
     from .agent import Agent
+    from .guardrail import Guardrail
     from .rbac import ToolPermission
     from .task import Task
 
@@ -148,8 +149,12 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
             refs.append((f"spec.roles[{i}]", "AgentRole", role))
         if obj.spec.memory and obj.spec.memory.ref:
             refs.append(("spec.memory.ref", "Memory", obj.spec.memory.ref))
+        for i, guardrail in enumerate(obj.spec.guardrails or []):
+            refs.append((f"spec.guardrails[{i}]", "Guardrail", guardrail))
     elif isinstance(obj, Task):
         refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
     elif isinstance(obj, ToolPermission):
         refs.append(("spec.toolRef", "Tool", obj.spec.tool_ref))
+    elif isinstance(obj, Guardrail) and obj.spec.model is not None:
+        refs.append(("spec.model.modelRef", "ModelEndpoint", obj.spec.model.model_ref))
     return refs

@@ -91,6 +91,16 @@ class AgentPolicySpec(OrdoModel):
     """Token budget of one Task; the smallest of all policies and the Agent's `maxTokens` applies."""
     max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Caps the Agent's `maxSteps`."""
+    required_guardrails: (
+        Annotated[
+            list[Name],
+            Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+            UniqueItems,
+        ]
+        | None
+    ) = None
+    """Guardrails every selected Agent must list in `spec.guardrails`; a Task of an Agent that
+    does not fails `GuardrailMissing` before any model call."""
     on_tool_denied: OnToolDenied = "Fail"
     """`Fail` ends the Task with `ToolDenied`; `ReturnError` tells the model and continues."""
 

@@ -16,6 +16,7 @@ from .base import (
     PositiveDuration,
     Resource,
 )
+from .guardrail import MAX_GUARDRAIL_RECORDS, GuardrailRecord
 from .jsonschemas import user_schema
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
@@ -46,6 +47,8 @@ Reason = Literal[
     "PodFailed",
     "ImageUnavailable",
     "AgentSuspended",
+    "GuardrailMissing",
+    "GuardrailViolation",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 
@@ -208,6 +211,10 @@ class TaskStatus(OrdoModel):
     """Governance decisions, oldest first, capped."""
     tool_calls_truncated: bool | None = None
     """True when older records were dropped from `toolCalls`."""
+    guardrails: Annotated[list[GuardrailRecord], Field(max_length=MAX_GUARDRAIL_RECORDS)] | None = (
+        None
+    )
+    """Guardrails that fired (redacted or denied): where, which, never the text; capped."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
     """The .metadata.generation this status describes."""
     execution_mode: Literal["InProcess", "Job"] | None = None

@@ -16,6 +16,7 @@ The whole run is bounded by `timeout`, which cancels an in-flight model or tool 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..api.task import Reason
 from ..errors import Interrupted, LeaseLost, OrdoError
+from . import guardsteps as guard
 from . import livepolicy
 from . import output as output_mod
 from .events import (
@@ -37,6 +39,7 @@ from .events import (
     ToolDecided,
     ToolFinished,
 )
+from .guardrails import GuardrailBinding
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
@@ -67,10 +70,12 @@ async def run_agent(
     listeners: Iterable[Listener] = (),
     state: RunState | None = None,
     cancel: asyncio.Event | None = None,
+    guardrails: Sequence[GuardrailBinding] = (),
 ) -> RunResult:
     """Run (or resume, given `state`) one agent to a terminal result. Never raises for
     anything the model or a tool does; cancellation of the calling task propagates."""
     sinks = tuple(listeners)
+    fresh = state is None  # a resumed run screened its input when it first started
     state = state if state is not None else initial_state(config)
     deadline = (
         time.monotonic() + config.timeout - config.elapsed if config.timeout is not None else None
@@ -89,6 +94,8 @@ async def run_agent(
     ) -> RunResult:
         text = state.items[-1].text if isinstance(state.items[-1], AssistantMessage) else ""
         out = text if phase == "Succeeded" else _last_text(state)
+        if phase != "Succeeded" and guard.guards_output(guardrails):
+            out = ""  # a partial answer never passed the output guardrails
         result = RunResult(phase, reason, message, out, structured, state, error)
         await emit(RunFinished(result))
         return result
@@ -107,11 +114,21 @@ async def run_agent(
     await emit(RunStarted(resumed_from_step=state.step))
     try:
         async with asyncio.timeout_at(loop_deadline(deadline)):
-            denied = await _complete_pending_calls(config, state, tools, emit)
+            if fresh and guardrails:  # guardrails: the Task input, before any model call
+                checked = await guard.guard_text(guardrails, "input", config.user_message, state)
+                if checked.denied is not None:
+                    message = guard.violation_message(checked.denied)
+                    return await finish("Failed", "GuardrailViolation", message)
+                if (over := guard.over_budget(config.token_budget, state)) is not None:
+                    return await finish("Failed", "TokenBudgetExceeded", over)
+                state.items[1] = UserMessage(checked.text)
+            denied = await _complete_pending_calls(config, state, tools, emit, guardrails)
             if denied is not None:
                 _fill_unanswered(state)
                 return await finish(
-                    "Failed", "ToolDenied", f"tool {denied.tool!r} denied: {denied.reason}"
+                    "Failed",
+                    _denial_reason(denied),
+                    f"tool {denied.tool!r} denied: {denied.reason}",
                 )
             while True:
                 if cancel is not None and cancel.is_set():
@@ -179,15 +196,27 @@ async def run_agent(
                         f"used {state.usage.total_tokens} tokens, budget {config.token_budget}",
                     )
                 if not response.tool_calls:
-                    return await _final_answer(config, response.text, finish)
+                    text = response.text
+                    if guardrails:  # guardrails: the final answer
+                        checked = await guard.guard_text(guardrails, "output", text, state)
+                        if checked.denied is not None:
+                            message = guard.violation_message(checked.denied)
+                            return await finish("Failed", "GuardrailViolation", message)
+                        if (over := guard.over_budget(config.token_budget, state)) is not None:
+                            return await finish("Failed", "TokenBudgetExceeded", over)
+                        text = checked.text
+                        state.items[-1] = AssistantMessage(text, ())
+                    return await _final_answer(config, text, finish)
                 if (stopped := await policy_boundary()) is not None:
                     return stopped
-                denied = await _run_calls(response.tool_calls, config, tools, state, emit)
+                denied = await _run_calls(
+                    response.tool_calls, config, tools, state, emit, guardrails=guardrails
+                )
                 if denied is not None:
                     _fill_unanswered(state)
                     return await finish(
                         "Failed",
-                        "ToolDenied",
+                        _denial_reason(denied),
                         f"tool {denied.tool!r} denied at step {step}: {denied.reason}",
                     )
                 await emit(Checkpoint(state))
@@ -205,6 +234,13 @@ async def run_agent(
     except OrdoError as exc:  # e.g. a checkpoint that cannot be written
         _fill_unanswered(state)
         return await finish("Failed", exc.reason, str(exc), error=exc)
+
+
+def _denial_reason(record: ToolCallRecord) -> Reason:
+    """A guardrail's denial ends the run `GuardrailViolation`; governance's, `ToolDenied`."""
+    return (
+        "GuardrailViolation" if record.reason.startswith(guard.GUARDRAIL_REASON) else "ToolDenied"
+    )
 
 
 def _last_text(state: RunState) -> str:
@@ -333,6 +369,7 @@ async def _run_calls(
     emit: Any,
     *,
     resuming: bool = False,
+    guardrails: Sequence[GuardrailBinding] = (),
 ) -> ToolCallRecord | None:
     """Screen and execute the tool calls of one response, appending exactly one result per
     call. Returns the denial record when `onToolDenied: Fail` must end the run."""
@@ -356,6 +393,18 @@ async def _run_calls(
                 f"tool {screened.binding.object_name!r} may have run before the restart and is "
                 "not idempotent; it was not repeated"
             )
+        if screened.binding is not None and guardrails:  # guardrails: the arguments
+            call, blocked = await guard.guard_arguments(guardrails, call, state)
+            if blocked is not None:
+                record = ToolCallRecord(
+                    state.step,
+                    call.name,
+                    "denied",
+                    guard.violation_reason(blocked),
+                    "skipped",
+                    call.id,
+                )
+                screened = Screened(record, guard.refusal(blocked, call))
         await emit(ToolDecided(screened.record))
         if screened.binding is None:
             state.records.append(screened.record)
@@ -365,10 +414,18 @@ async def _run_calls(
                 return screened.record
             continue
         record, result = await _execute(screened, call, state, emit)
+        withheld = None
+        if guardrails:  # guardrails: the result, before the model sees it
+            result, withheld = await guard.guard_result(guardrails, result, state)
+            if withheld is not None:
+                reason = guard.violation_reason(withheld)
+                record = dataclasses.replace(record, reason=reason)
         state.records.append(record)
         state.items.append(result)
         if not screened.binding.builtin:
             state.used_tools.add(call.name)
+        if withheld is not None and config.on_tool_denied == "Fail":
+            return record
     return None
 
 
@@ -391,7 +448,11 @@ def _fill_unanswered(state: RunState) -> None:
 
 
 async def _complete_pending_calls(
-    config: RunConfig, state: RunState, tools: Sequence[ToolBinding], emit: Any
+    config: RunConfig,
+    state: RunState,
+    tools: Sequence[ToolBinding],
+    emit: Any,
+    guardrails: Sequence[GuardrailBinding] = (),
 ) -> ToolCallRecord | None:
     """After a restart: finish the tool calls of the last step that have no result yet.
     A call that may have started is repeated only if its tool is idempotent."""
@@ -400,7 +461,9 @@ async def _complete_pending_calls(
         return None
     answered = {r.call_id for r in state.records}
     pending = [c for c in pending if c.id not in answered]
-    denied = await _run_calls(pending, config, tools, state, emit, resuming=True)
+    denied = await _run_calls(
+        pending, config, tools, state, emit, resuming=True, guardrails=guardrails
+    )
     if denied is None:
         await emit(Checkpoint(state))
         await emit(StepFinished(state))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..api.task import Reason
 from ..errors import OrdoError
 from .governance import Governance
+from .guardrails import GuardrailRecord
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ class RunState:
     """Ids of non-idempotent calls that may have started (recorded before they start)."""
     seen_ids: set[str] = field(default_factory=set)
     """Every tool-call id of the run so far (engine/sanitize.py keeps ids unique with it)."""
+    guardrail_records: list[GuardrailRecord] = field(default_factory=list)
+    """Guardrails that fired (engine/guardrails.py); never the text."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +106,11 @@ class RunState:
             "startedCalls": sorted(self.started_calls),
             "seenIds": sorted(self.seen_ids),
             **({"usageEstimated": True} if self.usage.estimated else {}),
+            **(
+                {"guardrails": [r.to_dict() for r in self.guardrail_records]}
+                if self.guardrail_records
+                else {}
+            ),
         }
 
     @classmethod
@@ -125,6 +133,7 @@ class RunState:
             used_tools=set(d.get("usedTools", [])),
             started_calls=set(d.get("startedCalls", [])),
             seen_ids=set(d.get("seenIds", [])) | transcript_ids,
+            guardrail_records=[GuardrailRecord.from_dict(r) for r in d.get("guardrails", [])],
         )
 
 

@@ -203,6 +203,7 @@ READINESS_KINDS = {
     "agentroles": "AgentRole",
     "toolpermissions": "ToolPermission",
     "agentpolicies": "AgentPolicy",
+    "guardrails": "Guardrail",
 }
 
 

@@ -19,6 +19,7 @@ from ..errors import StoreError, validation_problem
 from ..runtime.store import ObjectStore
 from .cache import ObjectCache
 from .conditions import same_conditions, set_condition
+from .guardrail_verdicts import guardrail_verdict
 from .kube import ApiError, KubeClient
 from .store import KubeStore
 from .suspension import with_suspension
@@ -86,6 +87,12 @@ namespace)."""
 # (suspension.py); a policy change re-evaluates the Agents of its namespace.
 EVALUATORS["Agent"] = with_suspension(EVALUATORS["Agent"])
 DEPENDENTS["AgentPolicy"] = (*DEPENDENTS["AgentPolicy"], "Agent")
+
+# Guardrail (issue 16 §2): its verdict is in guardrail_verdicts.py; an Agent's verdict checks
+# that its guardrails exist, a model Guardrail's that its ModelEndpoint does.
+EVALUATORS["Guardrail"] = guardrail_verdict
+DEPENDENTS["Guardrail"] = ("Agent",)
+DEPENDENTS["ModelEndpoint"] = (*DEPENDENTS["ModelEndpoint"], "Guardrail")
 
 
 def _fingerprint(body: dict[str, Any]) -> tuple[Any, ...]:

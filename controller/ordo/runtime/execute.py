@@ -27,6 +27,7 @@ from ..engine.state import RunResult, RunState
 from ..errors import LeaseLost, OrdoError, ToolSetupError
 from . import status as status_mod
 from . import tracing
+from .guardrails import guardrail_bindings
 from .resolve import resolve
 from .snapshot import Snapshot
 from .store import ObjectStore
@@ -167,6 +168,8 @@ async def _run(
             async with asyncio.timeout(max(remaining, 0.0)):
                 tools, opened = await tool_bindings(snapshot)
             closers.extend(opened)
+            guards, judges = guardrail_bindings(snapshot.guardrails)
+            closers.extend(judges)
         except TimeoutError:
             return TaskOutcome(
                 "Failed",
@@ -185,7 +188,13 @@ async def _run(
             )
         config = run_config(snapshot, elapsed=time.time() - anchor)
         result = await run_agent(
-            config, model, tools, listeners=sinks, state=prepared.state, cancel=cancel
+            config,
+            model,
+            tools,
+            listeners=sinks,
+            state=prepared.state,
+            cancel=cancel,
+            guardrails=guards,
         )
     finally:
         for closer in reversed(closers):

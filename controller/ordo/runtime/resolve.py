@@ -13,6 +13,8 @@ from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
 from . import fetch
 from . import policies as policy_mod
+from .guardrails import content as guardrail_content
+from .guardrails import resolve_guardrails
 from .prompt import system_prompt, user_message
 from .snapshot import Snapshot
 from .store import ObjectStore
@@ -85,6 +87,7 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
 
     policy_mod.check_model_allowed(policies, endpoint)
     limits = policy_mod.effective_limits(agent, task, policies)
+    guardrails = await resolve_guardrails(store, agent, policies)  # GuardrailMissing, ...
 
     candidates = policy_mod.candidate_tools(agent, skill)
     policy_mod.check_tools_allowed(policies, agent, candidates)
@@ -122,6 +125,7 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         "policies": [p.spec.to_dict() for p in policies],
         "granted": sorted(perms.granted),
         "memory": memory.spec.to_dict() if memory else None,
+        **({"guardrails": guardrail_content(guardrails)} if guardrails else {}),
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
     return Snapshot(
@@ -143,5 +147,6 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         policies=tuple(p.name for p in policies),
         content_hash=digest,
         agent_generation=agent.metadata.generation,
+        guardrails=guardrails,
         policy_refresh=policy_mod.live_policy(store, task, agent, skill, memory_name),
     )

@@ -11,6 +11,7 @@ from ..engine.governance import Governance
 from ..engine.livepolicy import PolicyRefresh
 from ..engine.state import OnToolDenied
 from ..engine.tooling import ResolvedTool
+from .guardrails import ResolvedGuardrail
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Snapshot:
     content_hash: str = ""
     agent_generation: int | None = None
     notes: list[str] = field(default_factory=list)
+    guardrails: tuple[ResolvedGuardrail, ...] = ()
+    """The Agent's Guardrails, in its order (runtime/guardrails.py)."""
     policy_refresh: PolicyRefresh | None = field(default=None, compare=False, repr=False)
     """Re-reads the governance objects at each step boundary (runtime/policies.py
     `live_policy`); the only part of a snapshot that is not frozen at resolution."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, cast
 
+from ..api.guardrail import MAX_GUARDRAIL_RECORDS, GuardrailRecord
 from ..api.task import (
     MAX_OUTPUT_CHARS,
     MAX_TOOL_CALL_RECORDS,
@@ -82,7 +83,24 @@ def progress(state: RunState) -> TaskStatus:
         usage=usage_model(state.usage),
         tool_calls=[record_model(r) for r in records] if records else None,
         tool_calls_truncated=True if len(state.records) > MAX_TOOL_CALL_RECORDS else None,
+        guardrails=guardrail_models(state),
     )
+
+
+def guardrail_models(state: RunState) -> list[GuardrailRecord] | None:
+    """The newest guardrail records as the API's (names and points only, never text)."""
+    records = state.guardrail_records[-MAX_GUARDRAIL_RECORDS:]
+    return [
+        GuardrailRecord(
+            step=r.step,
+            point=r.point,
+            guardrail=cap(r.guardrail, 253),
+            action=r.action,
+            tool=capped_name(r.tool) if r.tool else None,
+            cause=cap(r.cause, 128) if r.cause else None,
+        )
+        for r in records
+    ] or None
 
 
 def terminal(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -77,6 +78,60 @@ def _encoding(response: httpx.Response) -> str:
     return name
 
 
+async def guarded_targets(url: httpx.URL, allow_private_network: bool) -> list[httpx.URL]:
+    """The URLs to try, in order: with the SSRF guard on, one per checked address. Raises
+    ToolCallFailed (`BlockedDestination`, `NameResolution`)."""
+    if allow_private_network:
+        return [url]
+    host = url.raw_host.decode("ascii")
+    try:
+        destination = await netguard.check(host, url.port or (443 if url.scheme == "https" else 80))
+    except netguard.BlockedDestination as exc:
+        raise ToolCallFailed(f"refused: {exc}", cause="BlockedDestination") from None
+    except OSError:
+        raise ToolCallFailed(
+            "the tool's host name did not resolve", cause="NameResolution"
+        ) from None
+    return [url.copy_with(host=str(address)) for address in destination.addresses]
+
+
+def pin_destination(
+    url: httpx.URL, headers: dict[str, str], allow_private_network: bool
+) -> dict[str, Any]:
+    """Connecting to a checked address: `Host` and the TLS server name stay the original
+    host (added to `headers`); returns the request extensions."""
+    extensions: dict[str, Any] = {}
+    if not allow_private_network:
+        headers.setdefault("Host", url.netloc.decode("ascii"))
+        if url.scheme == "https":
+            extensions["sni_hostname"] = url.raw_host.decode("ascii")
+    return extensions
+
+
+def guarded_client(timeout: float) -> httpx.AsyncClient:
+    """A client for checked destinations: no redirects, no proxy variables from the
+    environment (the SSRF guard must see the real destination), ordo's TLS trust."""
+    return httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, trust_env=False, verify=shared_ssl_context()
+    )
+
+
+async def send_first(
+    client: httpx.AsyncClient,
+    targets: list[httpx.URL],
+    build: Callable[[httpx.URL], httpx.Request],
+) -> httpx.Response:
+    """The (streamed) response of the first checked address that accepts a connection; the
+    next address of the same name is tried only on a connection error."""
+    for n, target in enumerate(targets, start=1):
+        try:
+            return await client.send(build(target), stream=True)
+        except httpx.ConnectError:
+            if n == len(targets):
+                raise
+    raise httpx.ConnectError("the host name resolved to no address")
+
+
 class HttpToolExecutor:
     """Calls one http Tool."""
 
@@ -99,58 +154,27 @@ class HttpToolExecutor:
             headers[self._http.auth_header] = f"{scheme} {self._secret}" if scheme else self._secret
         return headers
 
-    async def _targets(self, url: httpx.URL) -> list[httpx.URL]:
-        """The URLs to try, in order: with the guard on, one per checked address."""
-        if self._http.allow_private_network:
-            return [url]
-        host = url.raw_host.decode("ascii")
-        try:
-            destination = await netguard.check(
-                host, url.port or (443 if url.scheme == "https" else 80)
-            )
-        except netguard.BlockedDestination as exc:
-            raise ToolCallFailed(f"refused: {exc}", cause="BlockedDestination") from None
-        except OSError:
-            raise ToolCallFailed(
-                "the tool's host name did not resolve", cause="NameResolution"
-            ) from None
-        return [url.copy_with(host=str(address)) for address in destination.addresses]
-
     async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
         url = httpx.URL(self._http.url)
-        targets = await self._targets(url)
+        targets = await guarded_targets(url, self._http.allow_private_network)
         headers = self.headers()
-        extensions: dict[str, Any] = {}
-        if not self._http.allow_private_network:
-            # Connect to the checked addresses; Host and the TLS name stay the original.
-            headers.setdefault("Host", url.netloc.decode("ascii"))
-            if url.scheme == "https":
-                extensions["sni_hostname"] = url.raw_host.decode("ascii")
+        extensions = pin_destination(url, headers, self._http.allow_private_network)
         method = self._http.method
         body = method in _BODY_METHODS
         try:
-            async with httpx.AsyncClient(
-                timeout=self._timeout,
-                follow_redirects=False,
-                trust_env=False,
-                verify=shared_ssl_context(),
-            ) as client:
-                for n, target in enumerate(targets, start=1):
-                    request = client.build_request(
+            async with guarded_client(self._timeout) as client:
+                response = await send_first(
+                    client,
+                    targets,
+                    lambda target: client.build_request(
                         method,
                         target,
                         headers=headers,
                         json=arguments if body else None,
                         params=None if body else query_params(arguments),
                         extensions=extensions,
-                    )
-                    try:
-                        response = await client.send(request, stream=True)
-                    except httpx.ConnectError:
-                        if n < len(targets):
-                            continue  # the next address of the same name
-                        raise
-                    break
+                    ),
+                )
                 try:
                     if not response.is_success:
                         raise ToolCallFailed(
