@@ -47,6 +47,9 @@ MAX_CHECKED_CHARS = 1_048_576
 """Longest text a guardrail checks; a longer one is denied unchecked (fail closed)."""
 MAX_VERDICT_CHARS = 262_144
 """Longest verdict (http body or judge answer) that is parsed."""
+MAX_REASON_CHARS = 4096
+"""Longest `reason` a verdict may carry (it is accepted and dropped: a check service's or a
+judge's explanation may quote the text it judged, so ordo writes it nowhere)."""
 
 Decision = Literal["allow", "deny", "redact"]
 
@@ -55,12 +58,13 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "properties": {
         "decision": {"enum": ["allow", "deny", "redact"]},
         "text": {"type": "string", "maxLength": MAX_CHECKED_CHARS},
+        "reason": {"type": "string", "maxLength": MAX_REASON_CHARS},
     },
     "required": ["decision"],
     "additionalProperties": False,
 }
 """The verdict an http check service or a model judge answers with (`text`: the redacted text,
-required for `redact`)."""
+required for `redact`; `reason`: optional, never kept)."""
 
 
 @dataclass(frozen=True, slots=True)

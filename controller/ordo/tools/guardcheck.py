@@ -4,12 +4,15 @@ Request: `POST <url>` with the JSON body `{"guardrail": NAME, "point": POINT, "t
 Answer: 2xx with the JSON object `{"decision": "allow" | "deny" | "redact", "text": "..."}`
 (`text` required for redact). Fail closed: a timeout, a connection error, a refused
 destination (the SSRF guard of http Tools, `netguard`), a non-2xx status, a body over
-MAX_VERDICT_BYTES, or anything that is not that object denies, with a cause naming the kind
-of failure only. Redirects are not followed and proxy variables are not used.
+MAX_VERDICT_BYTES (read no further), or anything that is not that object denies, with a cause
+naming the kind of failure only. `timeout` bounds the whole check (connect, send, the whole
+answer), not each read. Redirects are not followed and proxy variables are not used. A
+`reason` in the verdict is accepted and dropped: it may quote the text.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -50,10 +53,13 @@ class HttpGuardCheck:
 
     async def __call__(self, point: GuardrailPoint, text: str) -> Verdict:
         try:
-            return await self._check(point, text)
+            # httpx's timeout bounds each connect and read; a service that trickles its answer
+            # a byte at a time would never reach it. The whole check gets the deadline.
+            async with asyncio.timeout(self._timeout):
+                return await self._check(point, text)
         except ToolCallFailed as exc:
             return Verdict("deny", cause=exc.cause)
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             return Verdict("deny", cause="Timeout")
         except httpx.HTTPError as exc:
             return Verdict("deny", cause=type(exc).__name__)
