@@ -1,24 +1,36 @@
 """Where the step loop applies guardrails (engine/guardrails.py): the Task input before the
-first model call, each allowed tool call's arguments before it runs, each result before the
-model sees it, and the final answer before it is validated and written.
+first model call (`check_input`), each allowed tool call's arguments before it runs
+(`check_arguments`), each result before the model sees it (`check_result`), and the final answer
+before it is validated and written (`check_output`).
 
-Every screening adds the judge's tokens to the run's usage and its records to the run state.
-A denied tool call or result is answered with an error result naming the guardrail; whether
-that ends the run is the policy's `onToolDenied`, as for a governance denial.
+Every screening adds the judge's tokens to the run's usage and its records to the run state,
+and the token budget is checked right after it (`enforce_budget`): a judge that takes the run
+over its budget at a tool call stops the run before the tool runs, or before the model sees
+the result. A denied tool call or result is answered with an error result naming the
+guardrail; whether that ends the run is the policy's `onToolDenied`, as for a governance denial.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
+from ..api.task import Reason
+from ..errors import OrdoError
 from .guardrails import GUARDRAIL_REASON, GuardrailBinding, GuardrailRecord, Screening, screen
 from .jsontext import MAX_JSON_DEPTH, bounded_json_loads
-from .state import RunState
-from .transcript import ToolCall, ToolResult
+from .state import RunConfig, RunState, ToolCallRecord
+from .transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 __all__ = [
     "GUARDRAIL_REASON",
+    "check_arguments",
+    "check_input",
+    "check_output",
+    "check_result",
+    "denial_reason",
+    "enforce_budget",
     "guard_arguments",
     "guard_result",
     "guard_text",
@@ -50,6 +62,12 @@ def over_budget(budget: int | None, state: RunState) -> str | None:
     if budget is None or state.usage.total_tokens <= budget:
         return None
     return f"used {state.usage.total_tokens} tokens (guardrail judges included), budget {budget}"
+
+
+def enforce_budget(budget: int | None, state: RunState) -> None:
+    """Raise (ending the run `TokenBudgetExceeded`) when judges took it over its budget."""
+    if (over := over_budget(budget, state)) is not None:
+        raise OrdoError(over, reason="TokenBudgetExceeded")
 
 
 def guards_output(guards: Sequence[GuardrailBinding]) -> bool:
@@ -127,3 +145,69 @@ async def guard_result(
 def refusal(record: GuardrailRecord, call: ToolCall) -> ToolResult:
     """The error result the model gets for a call a guardrail denied."""
     return ToolResult(call.id, call.name, _error_text(record), True)
+
+
+# -- the four points, as the loop calls them ----------------------------------------------------
+
+
+async def check_input(
+    guards: Sequence[GuardrailBinding], config: RunConfig, state: RunState
+) -> str | None:
+    """Screen the Task input (the user message) before the first model call; the violation
+    message, or None with the user message replaced by what the guardrails left of it."""
+    if not guards:
+        return None
+    checked = await guard_text(guards, "input", config.user_message, state)
+    if checked.denied is not None:
+        return violation_message(checked.denied)
+    enforce_budget(config.token_budget, state)
+    state.items[1] = UserMessage(checked.text)
+    return None
+
+
+async def check_output(
+    guards: Sequence[GuardrailBinding], config: RunConfig, text: str, state: RunState
+) -> tuple[str, str | None]:
+    """Screen the final answer (the last assistant message): the answer as the guardrails
+    leave it (also in the transcript), and the violation message or None."""
+    checked = await guard_text(guards, "output", text, state)
+    if checked.denied is not None:
+        return text, violation_message(checked.denied)
+    enforce_budget(config.token_budget, state)
+    state.items[-1] = AssistantMessage(checked.text, ())
+    return checked.text, None
+
+
+async def check_arguments(
+    guards: Sequence[GuardrailBinding], call: ToolCall, config: RunConfig, state: RunState
+) -> tuple[ToolCall, tuple[ToolCallRecord, ToolResult] | None]:
+    """Screen an allowed call's arguments before it runs: the call as it may run (redacted),
+    or the denial record and the error result the model gets instead."""
+    call, blocked = await guard_arguments(guards, call, state)
+    if blocked is not None:
+        reason = violation_reason(blocked)
+        record = ToolCallRecord(state.step, call.name, "denied", reason, "skipped", call.id)
+        return call, (record, refusal(blocked, call))
+    enforce_budget(config.token_budget, state)
+    return call, None
+
+
+async def check_result(
+    guards: Sequence[GuardrailBinding],
+    record: ToolCallRecord,
+    result: ToolResult,
+    state: RunState,
+) -> tuple[ToolCallRecord, ToolResult, bool]:
+    """Screen a tool's result before the model sees it: the record (its reason names the
+    guardrail when one withheld the result), the result as the model may see it, and whether
+    it was withheld. The caller records both, then calls `enforce_budget`."""
+    result, withheld = await guard_result(guards, result, state)
+    if withheld is None:
+        return record, result, False
+    return dataclasses.replace(record, reason=violation_reason(withheld)), result, True
+
+
+def denial_reason(record: ToolCallRecord) -> Reason:
+    """A guardrail's denial of a tool call ends the run `GuardrailViolation`; governance's,
+    `ToolDenied`."""
+    return "GuardrailViolation" if record.reason.startswith(GUARDRAIL_REASON) else "ToolDenied"

@@ -16,7 +16,6 @@ The whole run is bounded by `timeout`, which cancels an in-flight model or tool 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -114,20 +113,16 @@ async def run_agent(
     await emit(RunStarted(resumed_from_step=state.step))
     try:
         async with asyncio.timeout_at(loop_deadline(deadline)):
-            if fresh and guardrails:  # guardrails: the Task input, before any model call
-                checked = await guard.guard_text(guardrails, "input", config.user_message, state)
-                if checked.denied is not None:
-                    message = guard.violation_message(checked.denied)
-                    return await finish("Failed", "GuardrailViolation", message)
-                if (over := guard.over_budget(config.token_budget, state)) is not None:
-                    return await finish("Failed", "TokenBudgetExceeded", over)
-                state.items[1] = UserMessage(checked.text)
+            # guardrails: the Task input, before any model call (a resumed run did it before)
+            violation = await guard.check_input(guardrails, config, state) if fresh else None
+            if violation is not None:
+                return await finish("Failed", "GuardrailViolation", violation)
             denied = await _complete_pending_calls(config, state, tools, emit, guardrails)
             if denied is not None:
                 _fill_unanswered(state)
                 return await finish(
                     "Failed",
-                    _denial_reason(denied),
+                    guard.denial_reason(denied),
                     f"tool {denied.tool!r} denied: {denied.reason}",
                 )
             while True:
@@ -196,16 +191,11 @@ async def run_agent(
                         f"used {state.usage.total_tokens} tokens, budget {config.token_budget}",
                     )
                 if not response.tool_calls:
-                    text = response.text
+                    text, violation = response.text, None
                     if guardrails:  # guardrails: the final answer
-                        checked = await guard.guard_text(guardrails, "output", text, state)
-                        if checked.denied is not None:
-                            message = guard.violation_message(checked.denied)
-                            return await finish("Failed", "GuardrailViolation", message)
-                        if (over := guard.over_budget(config.token_budget, state)) is not None:
-                            return await finish("Failed", "TokenBudgetExceeded", over)
-                        text = checked.text
-                        state.items[-1] = AssistantMessage(text, ())
+                        text, violation = await guard.check_output(guardrails, config, text, state)
+                    if violation is not None:
+                        return await finish("Failed", "GuardrailViolation", violation)
                     return await _final_answer(config, text, finish)
                 if (stopped := await policy_boundary()) is not None:
                     return stopped
@@ -216,7 +206,7 @@ async def run_agent(
                     _fill_unanswered(state)
                     return await finish(
                         "Failed",
-                        _denial_reason(denied),
+                        guard.denial_reason(denied),
                         f"tool {denied.tool!r} denied at step {step}: {denied.reason}",
                     )
                 await emit(Checkpoint(state))
@@ -234,13 +224,6 @@ async def run_agent(
     except OrdoError as exc:  # e.g. a checkpoint that cannot be written
         _fill_unanswered(state)
         return await finish("Failed", exc.reason, str(exc), error=exc)
-
-
-def _denial_reason(record: ToolCallRecord) -> Reason:
-    """A guardrail's denial ends the run `GuardrailViolation`; governance's, `ToolDenied`."""
-    return (
-        "GuardrailViolation" if record.reason.startswith(guard.GUARDRAIL_REASON) else "ToolDenied"
-    )
 
 
 def _last_text(state: RunState) -> str:
@@ -394,17 +377,9 @@ async def _run_calls(
                 "not idempotent; it was not repeated"
             )
         if screened.binding is not None and guardrails:  # guardrails: the arguments
-            call, blocked = await guard.guard_arguments(guardrails, call, state)
-            if blocked is not None:
-                record = ToolCallRecord(
-                    state.step,
-                    call.name,
-                    "denied",
-                    guard.violation_reason(blocked),
-                    "skipped",
-                    call.id,
-                )
-                screened = Screened(record, guard.refusal(blocked, call))
+            call, refused = await guard.check_arguments(guardrails, call, config, state)
+            if refused is not None:
+                screened = Screened(*refused)
         await emit(ToolDecided(screened.record))
         if screened.binding is None:
             state.records.append(screened.record)
@@ -414,18 +389,16 @@ async def _run_calls(
                 return screened.record
             continue
         record, result = await _execute(screened, call, state, emit)
-        withheld = None
+        withheld = False
         if guardrails:  # guardrails: the result, before the model sees it
-            result, withheld = await guard.guard_result(guardrails, result, state)
-            if withheld is not None:
-                reason = guard.violation_reason(withheld)
-                record = dataclasses.replace(record, reason=reason)
+            record, result, withheld = await guard.check_result(guardrails, record, result, state)
         state.records.append(record)
         state.items.append(result)
         if not screened.binding.builtin:
             state.used_tools.add(call.name)
-        if withheld is not None and config.on_tool_denied == "Fail":
+        if withheld and config.on_tool_denied == "Fail":
             return record
+        guard.enforce_budget(config.token_budget, state)  # a result judge's tokens
     return None
 
 
