@@ -1,6 +1,9 @@
-"""Anthropic Messages over ordo's aiohttp transport (transport.py; why not the `anthropic`
-SDK's HTTP stack: docs/decisions.md): `POST {baseUrl}/v1/messages` with `x-api-key` and
-`anthropic-version`, the protocol's JSON as the SDK would send and read it.
+"""Anthropic Messages through the official `anthropic` SDK.
+
+The SDK's generic `post` sends ordo's already-JSON body to `/v1/messages` (the URL, auth and
+`anthropic-version` headers and errors are the SDK's) over the loop's shared aiohttp client
+(sdk_http.py); the answer is read as raw JSON (`cast_to=httpx2.Response`), not as pydantic
+`Message` models: the cheapest SDK path (docs/decisions.md).
 
 Transcript mapping: system items become the `system` parameter; an assistant item becomes an
 `assistant` message of a text block and `tool_use` blocks; the tool results that follow it
@@ -17,6 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
+
 from ..api import ModelEndpoint
 from ..engine.jsontext import MAX_JSON_CHARS
 from ..engine.model import ModelError, ModelRequest, ModelResponse
@@ -31,13 +36,14 @@ from ..engine.transcript import (
 )
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
-from .transport import JsonEndpoint
+from .sdk_http import Lease, post_json
 from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 1024
-API_VERSION = "2023-06-01"
-"""The `anthropic-version` header (the Messages API version the SDKs send)."""
+_KEYLESS: anthropic.RequestOptions = {
+    "headers": {"Authorization": anthropic.Omit(), "X-Api-Key": anthropic.Omit()}
+}
 OUTPUT_TOOL = "_final_answer"
 """The forced tool that carries a structured answer (a leading `_` cannot clash with a Tool
 object's model name, which starts with a letter or digit)."""
@@ -105,16 +111,30 @@ class AnthropicModelClient:
         self._policy = RetryPolicy.from_endpoint(endpoint)
         self._what = endpoint_label(endpoint)
         base_url = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
-        if base_url.endswith("/v1"):  # as the SDK does: /v1/messages is added below
+        if base_url.endswith("/v1"):  # the SDK adds /v1/messages itself
             base_url = base_url[: -len("/v1")]
-        headers = {"anthropic-version": API_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        self._http = JsonEndpoint(base_url + "/v1/messages", headers, {})
+        self._base_url = base_url
+        self._api_key = api_key or ""
+        self._options: anthropic.RequestOptions = {} if api_key else _KEYLESS
+        self._lease = Lease("anthropic")
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    def _sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, built on the loop's shared HTTP client at the first call."""
+        http_client, new = self._lease.take()
+        if new or self._client is None:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key,
+                base_url=self._base_url,
+                max_retries=0,  # retry.py owns retries
+                timeout=self._policy.timeout,
+                http_client=http_client,
+            )
+        return self._client
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of one request (`extraBody` and the sampling options merged in last,
-        as the SDK merges `extra_body`)."""
+        as `create` merges `extra_body`)."""
         spec = self._spec
         system, messages = split_system(request.items)
         params: dict[str, Any] = {
@@ -156,9 +176,10 @@ class AnthropicModelClient:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         body = self.request_params(request)
+        client = self._sdk()
 
         async def attempt(timeout: float) -> Any:
-            return await self._http.post(body)
+            return await post_json(client, "/v1/messages", body, self._options, timeout)
 
         message = await call_with_retries(
             attempt, classify, self._policy, request.deadline, self._what
@@ -220,7 +241,10 @@ class AnthropicModelClient:
         )
 
     async def close(self) -> None:
-        await self._http.close()
+        """Give the shared HTTP client back (never the SDK client's `close()`: that would
+        close the pool every other model client of the loop uses)."""
+        self._client = None
+        await self._lease.release()
 
 
 def _text(value: Any) -> str:

@@ -1,9 +1,10 @@
-"""OpenAI Chat Completions: providers `openai`, `azure-openai`, `openai-compatible` (vLLM,
-LiteLLM, ...) and `ollama`, over ordo's aiohttp transport (transport.py; why not the `openai`
-SDK's HTTP stack: docs/decisions.md). The request and response are the protocol's JSON, as the
-SDK would send and read them: `POST {baseUrl}/chat/completions` with `Authorization: Bearer`,
-or for azure-openai `POST {baseUrl}/openai/deployments/{deployment}/chat/completions
-?api-version=...` with an `api-key` header.
+"""OpenAI Chat Completions through the official `openai` SDK: providers `openai`,
+`azure-openai`, `openai-compatible` (vLLM, LiteLLM, ...) and `ollama`.
+
+The SDK's generic `post` sends ordo's already-JSON body to `/chat/completions` (the URL,
+headers, auth, Azure deployment routing and errors are the SDK's) over the loop's shared
+aiohttp client (sdk_http.py); the answer is read as raw JSON (`cast_to=httpx2.Response`), not
+as pydantic `ChatCompletion` models: the cheapest SDK path (docs/decisions.md).
 
 Transcript mapping: system and user items become `system`/`user` messages; an assistant item
 becomes an `assistant` message with `tool_calls` (function name + the model's raw argument
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+import openai
 
 from ..api import ModelEndpoint
 from ..engine.jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, bounded_json_loads
@@ -32,7 +35,7 @@ from ..engine.transcript import (
 from ..errors import UntrustedInputTooLarge
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
-from .transport import JsonEndpoint
+from .sdk_http import Lease, post_json
 from .usage import reported, usage_or_estimate
 
 DEFAULT_BASE_URLS = {
@@ -42,6 +45,9 @@ DEFAULT_BASE_URLS = {
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
 """Providers sent `response_format: json_schema` when the run has an output schema."""
+_NO_KEY = "no-key"
+"""The SDK insists on a key; keyless endpoints get this and the header is omitted."""
+_KEYLESS: openai.RequestOptions = {"headers": {"Authorization": openai.Omit()}}
 
 
 def to_messages(items: list[Item] | tuple[Item, ...]) -> list[dict[str, Any]]:
@@ -103,29 +109,44 @@ class OpenAIModelClient:
         self._spec = spec
         self._policy = RetryPolicy.from_endpoint(endpoint)
         self._what = endpoint_label(endpoint)
-        headers: dict[str, str] = {}
-        query: dict[str, str] = {}
+        self._options: openai.RequestOptions = {} if api_key else _KEYLESS
+        self._sdk_args: dict[str, Any] = {
+            "api_key": api_key or _NO_KEY,
+            "max_retries": 0,  # retry.py owns retries
+            "timeout": self._policy.timeout,
+        }
         if spec.provider == "azure-openai":
             if not spec.base_url:
                 raise ValueError(
                     "azure-openai needs spec.baseUrl (https://<resource>.openai.azure.com)"
                 )
-            deployment = str(spec.option("deployment", self.model))
-            url = f"{spec.base_url.rstrip('/')}/openai/deployments/{deployment}/chat/completions"
-            query["api-version"] = str(spec.option("api_version", DEFAULT_AZURE_API_VERSION))
-            if api_key:
-                headers["api-key"] = api_key
+            self._sdk_args |= {
+                "azure_endpoint": spec.base_url,
+                "azure_deployment": spec.option("deployment", self.model),
+                "api_version": spec.option("api_version", DEFAULT_AZURE_API_VERSION),
+            }
         else:
             base_url = spec.base_url or DEFAULT_BASE_URLS.get(spec.provider)
             if not base_url:
                 raise ValueError(f"provider {spec.provider} needs spec.baseUrl")
-            url = base_url.rstrip("/") + "/chat/completions"
-            if api_key:  # keyless endpoints (ollama, a local vLLM) get no Authorization
-                headers["Authorization"] = f"Bearer {api_key}"
-        self._http = JsonEndpoint(url, headers, query)
+            self._sdk_args["base_url"] = base_url
+        self._lease = Lease("openai")
+        self._client: openai.AsyncOpenAI | None = None
+
+    def _sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client, built on the loop's shared HTTP client at the first call."""
+        http_client, new = self._lease.take()
+        if new or self._client is None:
+            factory = (
+                openai.AsyncAzureOpenAI
+                if "azure_endpoint" in self._sdk_args
+                else openai.AsyncOpenAI
+            )
+            self._client = factory(**self._sdk_args, http_client=http_client)
+        return self._client
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body of one request (`extraBody` merged in last, as the SDK merges
+        """The JSON body of one request (`extraBody` merged in last, as `create` merges
         `extra_body`)."""
         spec = self._spec
         params: dict[str, Any] = {
@@ -163,9 +184,10 @@ class OpenAIModelClient:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         body = self.request_params(request)
+        client = self._sdk()
 
         async def attempt(timeout: float) -> Any:
-            return await self._http.post(body)
+            return await post_json(client, "/chat/completions", body, self._options, timeout)
 
         completion = await call_with_retries(
             attempt, classify, self._policy, request.deadline, self._what
@@ -214,7 +236,10 @@ class OpenAIModelClient:
         )
 
     async def close(self) -> None:
-        await self._http.close()
+        """Give the shared HTTP client back (never the SDK client's `close()`: that would
+        close the pool every other model client of the loop uses)."""
+        self._client = None
+        await self._lease.release()
 
 
 def _text(value: Any) -> str:

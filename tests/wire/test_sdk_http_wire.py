@@ -1,10 +1,12 @@
-"""ordo's model-call transport (providers/transport.py) over real HTTP: one aiohttp session per
-event loop shared by every model client, and nothing of one client leaks into another's calls.
+"""The SDKs' shared HTTP client (providers/sdk_http.py) over real HTTP: one aiohttp-backed
+httpx2 client per SDK per event loop, shared by every model client, and nothing of one client
+leaks into another's calls.
 
 What is shared is the connection pool only: each request carries its own client's key, no
-cookie is kept, a redirect is not followed (a key goes only to the URL its endpoint names), the
-session closes when its last client does. Connection errors, cut-off and oversized bodies end
-in the documented reasons, and a cancelled call leaves the pool usable.
+cookie is kept (neither by httpx2 nor by the aiohttp session under it), a redirect is not
+followed (a key goes only to the URL its endpoint names), and the shared client closes when its
+last model client does, never when one of them closes. Connection errors, oversized and
+compressed bodies end in the documented reasons, and a cancelled call leaves the pool usable.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tests.support.wire import endpoint
 
 from ordo.engine.model import ModelError, ModelRequest, ModelUnavailable
 from ordo.engine.transcript import UserMessage
-from ordo.providers import build_model_client, transport
+from ordo.providers import build_model_client, sdk_http
 
 PROVIDERS = ["openai", "anthropic"]
 COMPLETION = {
@@ -42,8 +44,9 @@ def _server(provider: str, script: Any = None, fallback: Any = None) -> Scripted
     return cls(script, fallback=fallback).start()
 
 
-def _base(provider: str, server: ScriptedServer) -> str:
-    return server.url + "/v1" if provider == "openai" else server.url
+def _base(provider: str, server: ScriptedServer, host: str = "127.0.0.1") -> str:
+    url = server.url.replace("127.0.0.1", host)
+    return url + "/v1" if provider == "openai" else url
 
 
 def _request(text: str = "hello") -> ModelRequest:
@@ -52,13 +55,17 @@ def _request(text: str = "hello") -> ModelRequest:
 
 def _key_of(provider: str, server: ScriptedServer, n: int) -> str:
     headers = server.requests[n].headers
-    if provider == "openai":
-        return str(headers["authorization"]).removeprefix("Bearer ")
-    return str(headers["x-api-key"])
+    if provider == "anthropic" and "x-api-key" in headers:
+        return str(headers["x-api-key"])
+    return str(headers["authorization"]).removeprefix("Bearer ")
+
+
+def _shared(client: Any) -> Any:
+    return client._lease.client
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_concurrent_clients_share_one_session_and_send_only_their_own_key(
+async def test_concurrent_clients_share_one_http_client_and_send_only_their_own_key(
     provider: str,
 ) -> None:
     a, b = _server(provider), _server(provider)
@@ -70,35 +77,52 @@ async def test_concurrent_clients_share_one_session_and_send_only_their_own_key(
         ]
         for _ in range(3):
             await asyncio.gather(*(c.complete(_request()) for c in clients))
-        sessions = {id(c._http._session) for c in clients}  # type: ignore[attr-defined]
-        assert len(sessions) == 1 and None not in sessions
-        (shared,) = sessions
-        assert transport.POOL.users()[shared] == 3
+        shared = {id(_shared(c)) for c in clients}
+        assert len(shared) == 1 and id(None) not in shared
+        (shared_id,) = shared
+        assert sdk_http.POOL.users()[shared_id] == 3
         keys_a = sorted(_key_of(provider, a, n) for n in range(a.count))
         keys_b = sorted(_key_of(provider, b, n) for n in range(b.count))
         assert keys_a == ["sk-tenant-a"] * 3 + ["sk-tenant-c"] * 3
         assert keys_b == ["sk-tenant-b"] * 3
+        for request in a.requests + b.requests:
+            assert request.headers.get("accept-encoding") == "identity"
+        http_client = _shared(clients[0])
         for client in clients:
             await client.close()  # type: ignore[attr-defined]
-        assert shared not in transport.POOL.users()
+        assert shared_id not in sdk_http.POOL.users() and http_client.is_closed
     finally:
         a.stop()
         b.stop()
 
 
-async def test_a_cookie_set_for_one_client_is_never_sent_by_another() -> None:
-    body = json.dumps(COMPLETION)
-    server = _server(
-        "openai",
-        [
-            {"body": body, "headers": {"Set-Cookie": "sid=tenant-a; Path=/"}},
-            {"body": body},
-            {"body": body},
-        ],
-    )
+async def test_the_two_sdks_do_not_share_a_client() -> None:
+    o, a = _server("openai"), _server("anthropic")
     try:
-        first = build_model_client(endpoint("openai", server.url + "/v1"), "sk-a")
-        second = build_model_client(endpoint("openai", server.url + "/v1"), "sk-b")
+        first = build_model_client(endpoint("openai", _base("openai", o)), "sk-o")
+        second = build_model_client(endpoint("anthropic", _base("anthropic", a)), "sk-a")
+        await first.complete(_request())
+        await second.complete(_request())
+        assert _shared(first) is not _shared(second)
+        await first.close()  # type: ignore[attr-defined]
+        await second.close()  # type: ignore[attr-defined]
+    finally:
+        o.stop()
+        a.stop()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_cookie_set_for_one_client_is_never_sent_by_another(provider: str) -> None:
+    """By host name, not IP: aiohttp's default cookie jar keeps cookies only for names."""
+    ok = json.dumps(COMPLETION) if provider == "openai" else None
+    cookie = {"headers": {"Set-Cookie": "sid=tenant-a; Path=/"}}
+    step: dict[str, Any] = {"body": ok, **cookie} if ok else {"text": "hi", **cookie}
+    server = _server(provider, None, fallback={"text": "hi"})
+    server.set_script([step, {"text": "hi"}, {"text": "hi"}], fallback={"text": "hi"})
+    try:
+        base = _base(provider, server, "localhost")
+        first = build_model_client(endpoint(provider, base), "sk-a")
+        second = build_model_client(endpoint(provider, base), "sk-b")
         await first.complete(_request())
         await second.complete(_request())
         await first.complete(_request())
@@ -134,6 +158,8 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_connection_refused_is_retried_then_model_unavailable(provider: str) -> None:
+    """Not "timed out": the openai SDK's transport maps a refused connection to httpx2's
+    ConnectTimeout; errors.py names the root cause."""
     url = f"http://127.0.0.1:{_free_port()}" + ("/v1" if provider == "openai" else "")
     client = build_model_client(endpoint(provider, url), "sk-x")
     with pytest.raises(ModelUnavailable) as caught:
@@ -145,16 +171,28 @@ async def test_connection_refused_is_retried_then_model_unavailable(provider: st
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_a_body_longer_than_the_cap_is_model_error_without_retry(
-    provider: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("step", "reason"),
+    [
+        ({"body": json.dumps({"pad": "x" * 5000})}, "ResponseTooLarge"),
+        # The SDK reads an error body in full: the cap sits under it, in the response hook.
+        ({"body": json.dumps({"pad": "x" * 5000}), "status": 500}, "ResponseTooLarge"),
+        # The cap counts bytes on the wire, so a body marked compressed is refused on its
+        # header, before a byte is inflated (ordo asks for `Accept-Encoding: identity`).
+        ({"body": "{}", "headers": {"Content-Encoding": "gzip"}}, "EncodedResponse"),
+    ],
+    ids=["answer", "error-body", "gzip"],
+)
+async def test_a_body_past_the_bounds_is_model_error_without_retry(
+    provider: str, step: dict[str, Any], reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transport, "MAX_RESPONSE_BYTES", 1000)
-    server = _server(provider, [{"text": "x" * 5000}])
+    monkeypatch.setattr(sdk_http, "MAX_RESPONSE_BYTES", 1000)
+    server = _server(provider, [step])
     try:
         client = build_model_client(endpoint(provider, _base(provider, server)), "sk-x")
         with pytest.raises(ModelError) as caught:
             await client.complete(_request())
-        assert "unreadable response (ResponseTooLarge)" in str(caught.value)
+        assert f"unreadable response ({reason})" in str(caught.value)
         assert server.count == 1
         await client.close()  # type: ignore[attr-defined]
     finally:
@@ -162,7 +200,7 @@ async def test_a_body_longer_than_the_cap_is_model_error_without_retry(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_a_cancelled_call_leaves_the_shared_session_usable(provider: str) -> None:
+async def test_a_cancelled_call_leaves_the_shared_client_usable(provider: str) -> None:
     server = _server(provider, {"slow": [{"delay": 5, "text": "late"}]}, {"text": "ok"})
     try:
         slow = build_model_client(endpoint(provider, _base(provider, server)), "sk-a")
@@ -181,26 +219,32 @@ async def test_a_cancelled_call_leaves_the_shared_session_usable(provider: str) 
         server.stop()
 
 
-async def test_the_last_client_out_closes_the_session_even_without_close() -> None:
+async def test_closing_one_client_leaves_the_pool_to_the_others_and_the_last_closes_it() -> None:
     server = _server("openai")
     try:
-        kept = build_model_client(endpoint("openai", server.url + "/v1"), "sk-a")
-        dropped = build_model_client(endpoint("openai", server.url + "/v1"), "sk-b")
-        await kept.complete(_request())
-        await dropped.complete(_request())
-        session = kept._http._session  # type: ignore[attr-defined]
-        assert session is not None
-        del dropped
+        kept = build_model_client(endpoint("openai", _base("openai", server)), "sk-a")
+        closed = build_model_client(endpoint("openai", _base("openai", server)), "sk-b")
+        dropped = build_model_client(endpoint("openai", _base("openai", server)), "sk-c")
+        for client in (kept, closed, dropped):
+            await client.complete(_request())
+        http_client = _shared(kept)
+        await closed.close()  # type: ignore[attr-defined]
+        del dropped, client
         gc.collect()
-        assert transport.POOL.users()[id(session)] == 1 and not session.closed
+        assert sdk_http.POOL.users()[id(http_client)] == 1 and not http_client.is_closed
+        assert (await kept.complete(_request())).text  # still served on the same pool
+        assert (await closed.complete(_request())).text  # a closed client takes it again
+        assert _shared(closed) is http_client
+        await closed.close()  # type: ignore[attr-defined]
         await kept.close()  # type: ignore[attr-defined]
-        assert session.closed and id(session) not in transport.POOL.users()
-        abandoned = build_model_client(endpoint("openai", server.url + "/v1"), "sk-c")
+        assert http_client.is_closed and id(http_client) not in sdk_http.POOL.users()
+        abandoned = build_model_client(endpoint("openai", _base("openai", server)), "sk-d")
         await abandoned.complete(_request())
-        session = abandoned._http._session  # type: ignore[attr-defined]
+        http_client = _shared(abandoned)
+        assert http_client is not None and not http_client.is_closed
         del abandoned
         gc.collect()
         await asyncio.sleep(0.05)  # the finaliser schedules the close on the loop
-        assert session.closed and id(session) not in transport.POOL.users()
+        assert http_client.is_closed and id(http_client) not in sdk_http.POOL.users()
     finally:
         server.stop()
