@@ -16,6 +16,7 @@ from rich.console import Console
 def _cmd_run(args: argparse.Namespace) -> int:
     from .api import Task, manifests
     from .local import RunInterrupted, run_tasks, task_document
+    from .localapproval import LocalApprover, mode_for
     from .runtime import tracing
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -43,7 +44,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         err.print(unusable, markup=False)
         return 2
     try:
-        results = asyncio.run(run_tasks(mset, console=live))
+        mode = mode_for(args.approve_all, args.reject_all, sys.stdin.isatty())
+        approver = LocalApprover(mode, out=sys.stderr)
+        results = asyncio.run(run_tasks(mset, console=live, approver=approver))
     except RunInterrupted as exc:
         err.print(str(exc), style="yellow", markup=False)
         return 130
@@ -74,6 +77,18 @@ def register(sub: Any) -> None:
         "-o", "--output", choices=("yaml", "json"), default="yaml", help="format of the final Tasks"
     )
     run.add_argument("--quiet", "-q", action="store_true", help="no live progress, no warnings")
+    decide = run.add_mutually_exclusive_group()
+    decide.add_argument(
+        "--approve-all",
+        action="store_true",
+        help="approve every tool call that needs a human approval (scripts)",
+    )
+    decide.add_argument(
+        "--reject-all",
+        action="store_true",
+        help="reject every tool call that needs a human approval; without either flag a "
+        "terminal asks, and without a terminal such calls are rejected",
+    )
     run.set_defaults(func=_cmd_run)
 
     from . import invoke

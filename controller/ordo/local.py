@@ -33,7 +33,8 @@ from .engine.events import (
     ToolDecided,
     ToolFinished,
 )
-from .runtime import TaskOutcome, execute
+from .localapproval import LocalApprover
+from .runtime import Prepared, TaskOutcome, execute
 from .runtime.status import to_patch as status_patch
 
 
@@ -143,17 +144,29 @@ class RunInterrupted(Exception):
 
 
 async def run_tasks(
-    mset: ManifestSet, *, console: Console | None = None, environ: dict[str, str] | None = None
+    mset: ManifestSet,
+    *,
+    console: Console | None = None,
+    environ: dict[str, str] | None = None,
+    approver: LocalApprover | None = None,
 ) -> list[tuple[Task, TaskOutcome]]:
     """Run every Task of the set concurrently; the live view goes to `console` if given.
-    Cancelled (Ctrl-C under `asyncio.run`), it stops every run and raises RunInterrupted."""
+    Calls that need a human approval are decided by `approver` (default: rejected, nobody
+    can be asked). Cancelled (Ctrl-C under `asyncio.run`), it stops every run and raises
+    RunInterrupted."""
+    approver = approver or LocalApprover("none")
     store = ManifestStore(mset, environ)
     tasks = [obj for _, obj in mset.objects if isinstance(obj, Task)]
     views = [Progress(t.name, t.spec.agent_ref) for t in tasks]
     finished: set[str] = set()
 
     async def one(task: Task, view: Progress) -> TaskOutcome:
-        outcome = await execute(task, store, listeners=[view])
+        decider = approver.for_task(task.name)
+
+        async def prepare(_: Any) -> Prepared:
+            return Prepared(approval_decider=decider)
+
+        outcome = await execute(task, store, listeners=[view], prepare=prepare)
         view.phase, view.last = outcome.phase, outcome.reason
         finished.add(task.name)
         return outcome
@@ -166,6 +179,7 @@ async def run_tasks(
             with Live(
                 _table(views), console=console, refresh_per_second=8, transient=False
             ) as live:
+                approver.pause = lambda paused: live.stop() if paused else live.start()
                 while not jobs.done():
                     live.update(_table(views))
                     await asyncio.sleep(0.1)

@@ -84,6 +84,10 @@ class AgentPolicySpec(OrdoModel):
     """If set, the only tools the selected Agents may use (several policies intersect; memory
     tools as `memory.<operation>`). A Task whose Agent lists another tool fails `ToolDenied`
     before any model call; an empty list allows no tool at all."""
+    approval_required: ToolNames | None = None
+    """Tools whose calls a human must approve before they run (memory tools as
+    `memory.<operation>`), for the selected Agents; adds to a Tool's own
+    `spec.approval.required`, never removes it."""
     suspend: bool = False
     """Kill switch: new Tasks of the selected Agents fail `AgentSuspended` before any model
     call, and running ones stop at their next step boundary."""

@@ -49,6 +49,9 @@ Reason = Literal[
     "AgentSuspended",
     "GuardrailMissing",
     "GuardrailViolation",
+    "ApprovalRejected",
+    "ApprovalTimedOut",
+    "AwaitingApproval",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 

@@ -84,6 +84,18 @@ class MockToolResult(OrdoModel):
     """If set, every call fails with this error (a `ToolError` result the model sees)."""
 
 
+class ToolApprovalRequirement(OrdoModel):
+    """A human must approve each call of this Tool before it runs (docs/governance.md): the
+    Task waits, holding no slot, until a ToolApproval approves or rejects the call."""
+
+    required: bool = True
+    """Whether calls need an approval (an AgentPolicy's `approvalRequired` can add the
+    requirement; nothing removes it)."""
+    timeout: PositiveDuration | None = None
+    """How long a call waits for a decision before it counts as rejected
+    (`ApprovalTimedOut`); unset: the operator's `--approval-timeout` (default 24h)."""
+
+
 class ToolSpec(OrdoModel):
     """Desired state of a Tool."""
 
@@ -105,6 +117,8 @@ class ToolSpec(OrdoModel):
     """Informational risk class, recorded with each decision."""
     idempotent: bool = False
     """Safe to repeat: after an operator restart a call that may have started is re-run only when true."""
+    approval: ToolApprovalRequirement | None = None
+    """Human approval of each call before it runs."""
 
     _check_input_schema = field_validator("input_schema")(user_schema)
 

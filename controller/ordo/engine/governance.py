@@ -29,9 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..api.agent import MEMORY_OPERATIONS
+
+if TYPE_CHECKING:
+    from .approvals import ApprovalRule
 
 REASON_MAX_CHARS = 1024
 """`status.toolCalls[].reason` maxLength in the Task CRD."""
@@ -114,6 +117,9 @@ class Governance:
     """The operations `memory.allow` offers (all five when unset); empty without a Memory."""
     allowlists: tuple[tuple[str, frozenset[str]], ...] = ()
     """(policy name, its `allowedTools`) for every selecting policy that sets one, by name."""
+    approvals: dict[str, ApprovalRule] = field(default_factory=dict)
+    """Tool name (or `memory.<op>` / `memory_<op>`) → why a call of it needs a human approval
+    (engine/approvals.py); with `within`, the requirements of both apply."""
     within: Governance | None = None
     """The governance this one narrows (the run's start-time one): it must allow a call too."""
 

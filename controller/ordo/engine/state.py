@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..api.task import Reason
 from ..errors import OrdoError
+from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
 from .governance import Governance
 from .guardrails import GuardrailRecord
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
@@ -14,7 +17,8 @@ from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_d
 if TYPE_CHECKING:
     from .livepolicy import PolicyRefresh
 
-Phase = Literal["Succeeded", "Failed", "Cancelled"]
+Phase = Literal["Succeeded", "Failed", "Cancelled", "AwaitingApproval"]
+"""`AwaitingApproval` is not terminal: the run stopped to wait for a human (approvals.py)."""
 OnToolDenied = Literal["Fail", "ReturnError"]
 
 
@@ -36,6 +40,13 @@ class RunConfig:
     policy_refresh: PolicyRefresh | None = field(default=None, compare=False)
     """Re-reads the governance at each step boundary (engine/livepolicy.py); None: the
     start-time governance holds for the whole run."""
+    approval_decider: ApprovalDecider | None = field(default=None, compare=False)
+    """Finds the decisions on a call that needs approval (engine/approvals.py); None: no
+    decision ever comes, so such a call waits (the run ends `AwaitingApproval`)."""
+    approval_timeout: float = DEFAULT_TIMEOUT_SECONDS
+    """Seconds a call waits for a decision unless its requirement sets a timeout."""
+    clock: Callable[[], float] = field(default=time.time, compare=False)
+    """Wall clock (epoch seconds) for approval requests and deadlines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,12 @@ class RunState:
     """Every tool-call id of the run so far (engine/sanitize.py keeps ids unique with it)."""
     guardrail_records: list[GuardrailRecord] = field(default_factory=list)
     """Guardrails that fired (engine/guardrails.py); never the text."""
+    approvals: dict[str, PendingApproval] = field(default_factory=dict)
+    """Calls waiting for a human decision, by call id (engine/approvals.py)."""
+    awaiting_since: float | None = None
+    """When the run stopped to wait for approvals (epoch seconds)."""
+    paused_seconds: float = 0.0
+    """Time spent waiting for approvals so far: not counted against the run's timeout."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +128,13 @@ class RunState:
                 if self.guardrail_records
                 else {}
             ),
+            **(
+                {"approvals": [p.to_dict() for p in self.approvals.values()]}
+                if self.approvals
+                else {}
+            ),
+            **({"awaitingSince": self.awaiting_since} if self.awaiting_since is not None else {}),
+            **({"pausedSeconds": self.paused_seconds} if self.paused_seconds else {}),
         }
 
     @classmethod
@@ -134,6 +158,13 @@ class RunState:
             started_calls=set(d.get("startedCalls", [])),
             seen_ids=set(d.get("seenIds", [])) | transcript_ids,
             guardrail_records=[GuardrailRecord.from_dict(r) for r in d.get("guardrails", [])],
+            approvals={
+                p.call_id: p for p in (PendingApproval.from_dict(a) for a in d.get("approvals", []))
+            },
+            awaiting_since=(
+                float(d["awaitingSince"]) if d.get("awaitingSince") is not None else None
+            ),
+            paused_seconds=float(d.get("pausedSeconds", 0.0)),
         )
 
 

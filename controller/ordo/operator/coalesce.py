@@ -75,6 +75,7 @@ def copy_state(state: RunState) -> RunState:
         used_tools=set(state.used_tools),
         started_calls=set(state.started_calls),
         seen_ids=set(state.seen_ids),
+        approvals=dict(state.approvals),
     )
 
 

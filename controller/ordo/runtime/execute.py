@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..api import Task
 from ..api.task import Reason, TaskStatus
+from ..engine.approvals import ApprovalDecider, resume_pause
 from ..engine.events import Listener
 from ..engine.loop import run_agent
 from ..engine.state import RunResult, RunState
@@ -35,6 +36,8 @@ from .wiring import ModelFactory, close_quietly, default_model_factory, run_conf
 
 log = logging.getLogger("ordo.run")
 TerminalPhase = Literal["Succeeded", "Failed", "Cancelled"]
+OutcomePhase = Literal["Succeeded", "Failed", "Cancelled", "AwaitingApproval"]
+"""`AwaitingApproval` is not terminal: the run stopped to wait for a human decision."""
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Prepared:
 
     state: RunState | None = None
     listeners: Sequence[Listener] = ()
+    approval_decider: ApprovalDecider | None = None
+    """Finds human decisions on calls that need approval (engine/approvals.py)."""
+    approval_timeout: float | None = None
+    """Default seconds a call waits for a decision (None: the engine's default, 24h)."""
 
 
 Prepare = Callable[[Snapshot], Awaitable[Prepared]]
@@ -52,7 +59,7 @@ Prepare = Callable[[Snapshot], Awaitable[Prepared]]
 class TaskOutcome:
     """How a Task ended."""
 
-    phase: TerminalPhase
+    phase: OutcomePhase
     reason: Reason
     message: str
     result: RunResult | None = None
@@ -61,6 +68,11 @@ class TaskOutcome:
     """The ordo error that ended the run, if one did."""
     trace_id: str | None = None
     """The trace of the run's invoke_agent span (runtime/tracing.py): status.traceId."""
+
+    @property
+    def awaiting(self) -> bool:
+        """The run stopped to wait for approvals (not terminal; result.state has them)."""
+        return self.phase == "AwaitingApproval"
 
     @property
     def abandoned(self) -> bool:
@@ -72,9 +84,11 @@ class TaskOutcome:
         return status.model_copy(update={"trace_id": self.trace_id}) if self.trace_id else status
 
     def _status(self) -> TaskStatus:
-        result, snapshot = self.result, self.snapshot
+        result, snapshot, phase = self.result, self.snapshot, self.phase
+        if phase == "AwaitingApproval":
+            raise ValueError("a run waiting for approval has no terminal status")
         return status_mod.terminal(
-            self.phase,
+            phase,
             self.reason,
             self.message,
             state=result.state if result else None,
@@ -122,7 +136,9 @@ async def execute(
 
         async def traced(snapshot: Snapshot) -> Prepared:
             prepared = await prepare(snapshot) if prepare is not None else Prepared()
-            return Prepared(prepared.state, [*prepared.listeners, *run.listeners(snapshot)])
+            return dataclasses.replace(
+                prepared, listeners=[*prepared.listeners, *run.listeners(snapshot)]
+            )
 
         outcome = await _execute(task, store, listeners, traced, cancel, model_factory, anchor)
         run.finish(outcome)
@@ -160,6 +176,8 @@ async def _run(
 ) -> TaskOutcome:
     prepared = await prepare(snapshot) if prepare is not None else Prepared()
     sinks = [*listeners, *prepared.listeners]
+    if prepared.state is not None:  # waiting for a human is not run time (approvals.py)
+        anchor += resume_pause(prepared.state, time.time())
     remaining = snapshot.timeout - (time.time() - anchor)
     model = model_factory(snapshot)
     closers: list[Any] = [model]
@@ -187,6 +205,9 @@ async def _run(
                 "Failed", error.reason, error.message, snapshot=snapshot, error=error
             )
         config = run_config(snapshot, elapsed=time.time() - anchor)
+        if prepared.approval_timeout is not None:
+            config = dataclasses.replace(config, approval_timeout=prepared.approval_timeout)
+        config = dataclasses.replace(config, approval_decider=prepared.approval_decider)
         result = await run_agent(
             config,
             model,

@@ -28,6 +28,7 @@ from ..api import (
     parse_duration,
 )
 from ..api.agent import Skill
+from ..engine.approvals import ApprovalRule
 from ..engine.governance import Governance, PermissionRule, memory_policy_names
 from ..engine.livepolicy import PolicyRefresh, PolicyUpdate
 from ..engine.state import OnToolDenied
@@ -173,7 +174,17 @@ def governance(
         memory=memory,
         memory_operations=frozenset(operations),
         allowlists=allowlists(policies),
+        approvals=approval_requirements(policies),
     )
+
+
+def approval_requirements(policies: list[AgentPolicy]) -> dict[str, ApprovalRule]:
+    """Tool name → the first policy (by name) whose `approvalRequired` lists it."""
+    required: dict[str, ApprovalRule] = {}
+    for policy in policies:
+        for tool in policy.spec.approval_required or []:
+            required.setdefault(tool, ApprovalRule(f"AgentPolicy {policy.name}"))
+    return required
 
 
 def live_policy(

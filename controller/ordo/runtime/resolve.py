@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
-from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name
+from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name, parse_duration
 from ..api.agent import Skill
 from ..engine import output as output_mod
+from ..engine.approvals import ApprovalRule, merged
 from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
 from . import fetch
@@ -60,6 +62,17 @@ async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
     return ResolvedTool(tool, visible, secret)
 
 
+def tool_approvals(tools: dict[str, ResolvedTool]) -> dict[str, ApprovalRule]:
+    """Tool name → its own approval requirement (`spec.approval`), for the Tools that set one."""
+    out: dict[str, ApprovalRule] = {}
+    for name, resolved in tools.items():
+        approval = resolved.tool.spec.approval
+        if approval is not None and approval.required:
+            timeout = parse_duration(approval.timeout) if approval.timeout else None
+            out[name] = ApprovalRule(f"Tool {name}", timeout)
+    return out
+
+
 async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     """Build the snapshot of one Task, or raise ResolutionError (PolicyUnavailable included)."""
     ns = task.namespace
@@ -108,6 +121,9 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
             )
     memory_name = memory.name if memory is not None else None
     governance = policy_mod.governance(agent, skill, memory_name, policies, perms)
+    governance = replace(  # a Tool's own approval requirement joins the policies'
+        governance, approvals=merged(tool_approvals(tools), governance.approvals)
+    )
     operations = governance.effective_memory_operations
 
     output_schema = (

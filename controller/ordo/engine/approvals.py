@@ -1,0 +1,215 @@
+"""Human approval of tool calls (issue 16 §3): which calls need one, and the pure state machine
+that settles a call waiting for it.
+
+A call needs approval when its Tool says so (`spec.approval.required`) or any AgentPolicy that
+selects the Agent lists it in `approvalRequired` (memory tools spelled as in `blockedTools`).
+Requirements only add up: a re-read policy can add one mid-run, nothing removes one
+(`requirement` consults the start-time governance too), and the shortest timeout applies.
+
+The loop asks `settle` about a governed, allowed call whose arguments passed the guardrails:
+
+- no decision yet, deadline not passed → `waiting`: the call does not run; it is recorded in
+  `RunState.approvals` (call id, tool, step, requested-at, deadline), and once every call of
+  the response was looked at the run ends `AwaitingApproval` (not terminal) with a checkpoint;
+- any `Reject` (before the deadline) → `rejected` (reject wins over approve: fail closed);
+- an `Approve` (before the deadline) → `approved`: the call runs, once (the pre-call
+  checkpoint of a non-idempotent tool applies as to any call);
+- no decision by the deadline → `timedOut`, handled as rejected.
+
+A rejected or timed-out call gets an error result the model sees, or ends the run
+`ApprovalRejected` / `ApprovalTimedOut` when `onToolDenied` is `Fail`. A decision's free-text
+reason never enters the engine: only the verdict and the name of who decided.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .governance import memory_operation, memory_policy_names
+
+if TYPE_CHECKING:
+    from ..api.task import Reason
+    from .governance import Governance
+    from .state import RunState, ToolCallRecord
+    from .tooling import ToolBinding
+
+DEFAULT_TIMEOUT_SECONDS = 24 * 3600.0
+"""How long a call waits for a decision unless the Tool or the operator says otherwise."""
+
+Verdict = Literal["Approve", "Reject"]
+Settled = Literal["approved", "rejected", "timedOut", "waiting"]
+
+REJECTED = "ApprovalRejected"
+TIMED_OUT = "ApprovalTimedOut"
+AWAITING = "AwaitingApproval"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """Why a tool needs approval: the Tool itself or a policy, and its timeout (None: the
+    run's default)."""
+
+    source: str
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """One human decision on one call, as the decider found it. `by` names the decision (a
+    ToolApproval's name, `ordo run`); `at` is when it was made (epoch seconds; None: now)."""
+
+    verdict: Verdict
+    by: str = ""
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A call waiting for a decision (in the checkpoint; status names id and tool only)."""
+
+    call_id: str
+    tool: str
+    """The name the model used."""
+    step: int
+    requested_at: float
+    """Epoch seconds."""
+    deadline: float
+    """Epoch seconds; `math.inf` never times out."""
+    required_by: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "callId": self.call_id,
+            "tool": self.tool,
+            "step": self.step,
+            "requestedAt": self.requested_at,
+            "deadline": None if math.isinf(self.deadline) else self.deadline,
+            "requiredBy": self.required_by,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PendingApproval:
+        deadline = d.get("deadline")
+        return cls(
+            str(d["callId"]),
+            str(d["tool"]),
+            int(d.get("step", 0)),
+            float(d["requestedAt"]),
+            math.inf if deadline is None else float(deadline),
+            str(d.get("requiredBy", "")),
+        )
+
+
+ApprovalDecider = Callable[[PendingApproval, dict[str, Any]], Awaitable[Sequence[ApprovalDecision]]]
+"""Finds the decisions on one waiting call, given its arguments: a prompt (`ordo run` shows
+them to the person running it), the ToolApprovals of the Task (the operator, which ignores
+them). Returning none leaves the call waiting."""
+
+
+def requirement(gov: Governance, binding: ToolBinding) -> ApprovalRule | None:
+    """Whether a call of `binding` needs approval, here or in the governance this one narrows
+    (the start-time one carries the Tools' own requirements); the shortest timeout wins."""
+    names: tuple[str, ...] = (binding.object_name,)
+    if binding.builtin:
+        op = memory_operation(binding.object_name)
+        names = memory_policy_names(op) if op is not None else names
+    found: list[ApprovalRule] = []
+    level: Governance | None = gov
+    while level is not None:
+        found += [level.approvals[n] for n in names if n in level.approvals]
+        level = level.within
+    if not found:
+        return None
+    timeouts = [r.timeout for r in found if r.timeout is not None]
+    return ApprovalRule(found[0].source, min(timeouts) if timeouts else None)
+
+
+def merged(
+    *layers: dict[str, ApprovalRule],
+) -> dict[str, ApprovalRule]:
+    """Requirements of several sources (Tools, policies by name) as one map: a name required
+    twice keeps the first source and the shortest timeout."""
+    out: dict[str, ApprovalRule] = {}
+    for layer in layers:
+        for name, rule in layer.items():
+            known = out.get(name)
+            if known is None:
+                out[name] = rule
+                continue
+            timeouts = [t for t in (known.timeout, rule.timeout) if t is not None]
+            out[name] = ApprovalRule(known.source, min(timeouts) if timeouts else None)
+    return out
+
+
+def request(
+    state: RunState, call_id: str, tool: str, rule: ApprovalRule, default_timeout: float, now: float
+) -> PendingApproval:
+    """The waiting record of a call: the one already in `state`, else a new one (added)."""
+    known = state.approvals.get(call_id)
+    if known is not None:
+        return known
+    timeout = rule.timeout if rule.timeout is not None else default_timeout
+    pending = PendingApproval(call_id, tool, state.step, now, now + timeout, rule.source)
+    state.approvals[call_id] = pending
+    return pending
+
+
+def settle(
+    pending: PendingApproval, decisions: Sequence[ApprovalDecision], now: float
+) -> tuple[Settled, str]:
+    """The state of a waiting call given the decisions found: (state, who decided). A decision
+    made after the deadline does not count (the call had timed out by then)."""
+    valid = [d for d in decisions if d.at is None or d.at <= pending.deadline]
+    rejected = next((d for d in valid if d.verdict == "Reject"), None)
+    if rejected is not None:
+        return "rejected", rejected.by
+    approved = next((d for d in valid if d.verdict == "Approve"), None)
+    if approved is not None:
+        return "approved", approved.by
+    if now >= pending.deadline:
+        return "timedOut", ""
+    return "waiting", ""
+
+
+def refusal(settled: Settled, by: str) -> tuple[str, str]:
+    """(record reason, model-visible error) of a rejected or timed-out call."""
+    if settled == "timedOut":
+        return TIMED_OUT, "error: this call needed a human approval that did not come in time."
+    return (
+        f"{REJECTED}: {by}" if by else REJECTED,
+        "error: a human approver rejected this call; it was not run.",
+    )
+
+
+def ended_by(record: ToolCallRecord) -> Reason | None:
+    """The Task reason when a refused approval ends the run (`onToolDenied: Fail`)."""
+    if record.reason.startswith(REJECTED):
+        return "ApprovalRejected"
+    if record.reason.startswith(TIMED_OUT):
+        return "ApprovalTimedOut"
+    return None
+
+
+def resume_pause(state: RunState, now: float) -> float:
+    """A run resumed after waiting: add the wait to `paused_seconds` (time waiting for a human
+    is not run time) and return the total paused so far."""
+    if state.awaiting_since is not None:
+        state.paused_seconds += max(0.0, now - state.awaiting_since)
+        state.awaiting_since = None
+    return state.paused_seconds
+
+
+def awaiting_message(state: RunState) -> str:
+    """The message of a run that waits: call ids and tools, never arguments."""
+    shown = ", ".join(f"{p.tool} ({p.call_id})" for p in list(state.approvals.values())[:10])
+    more = " ..." if len(state.approvals) > 10 else ""
+    return f"waiting for approval of {len(state.approvals)} tool call(s): {shown}{more}"
+
+
+def earliest_deadline(pending: Sequence[PendingApproval]) -> float | None:
+    """When the first waiting call times out (None: never, or nothing waits)."""
+    finite = [p.deadline for p in pending if not math.isinf(p.deadline)]
+    return min(finite) if finite else None
