@@ -31,6 +31,7 @@ from tests.support.openai_server import OpenAIServer
 from tests.support.wire import CANARY, calls, endpoint, resolved, run_config, text
 
 from ordo.api.guardrail import GUARDRAIL_POINTS, HttpGuardrail
+from ordo.engine.events import Event, GuardrailFired
 from ordo.engine.guardrails import GuardrailBinding, Verdict
 from ordo.engine.loop import run_agent
 from ordo.operator.guardrail_verdicts import guardrail_verdict
@@ -95,12 +96,19 @@ async def test_redaction_is_what_the_model_the_tool_and_the_status_see(
         )
     )
     script = [calls(("lookup", {"q": SECRET})), text(f"the answer is {SECRET}")]
+    fired: list[GuardrailFired] = []
+
+    async def listener(event: Event) -> None:
+        if isinstance(event, GuardrailFired):
+            fired.append(event)
+
     with OpenAIServer(script) as model:
         client = build_model_client(endpoint("openai-compatible", model.url + "/v1"), None)
         result = await run_agent(
             run_config(["lookup"], user=f"look up {SECRET}"),
             client,
             [lookup],
+            listeners=[listener],
             guardrails=[guard(http_check(check_server.url + "/redact"))],
         )
         messages = model.bodies[-1]["messages"]
@@ -117,6 +125,7 @@ async def test_redaction_is_what_the_model_the_tool_and_the_status_see(
     assert status["guardrails"][1]["tool"] == "lookup"
     assert SECRET not in json.dumps(status) and REASON not in json.dumps(status)
     assert status["output"] == f"the answer is {REDACTED}"
+    assert [e.record for e in fired] == result.state.guardrail_records  # one event each
 
 
 async def test_a_denied_tool_call_never_reaches_the_tool(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from .transcript import Usage
 
 if TYPE_CHECKING:
+    from .guardrails import GuardrailRecord
     from .state import RunResult, RunState, ToolCallRecord
 
 
@@ -54,6 +55,14 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardrailFired:
+    """A guardrail denied or redacted a text (engine/guardsteps.py); the record names the
+    guardrail, the point, the tool and a fail-closed cause, never the text."""
+
+    record: GuardrailRecord
+
+
+@dataclass(frozen=True, slots=True)
 class StepFinished:
     state: RunState
 
@@ -77,6 +86,7 @@ Event = (
     | ModelResponded
     | ToolDecided
     | ToolFinished
+    | GuardrailFired
     | StepFinished
     | Checkpoint
     | RunFinished

@@ -18,10 +18,14 @@ from collections.abc import Sequence
 
 from ..api.task import Reason
 from ..errors import OrdoError
+from .events import GuardrailFired, Listener
 from .guardrails import GUARDRAIL_REASON, GuardrailBinding, GuardrailRecord, Screening, screen
 from .jsontext import MAX_JSON_DEPTH, bounded_json_loads
 from .state import RunConfig, RunState, ToolCallRecord
 from .transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
+
+Emit = Listener
+"""The loop's `emit`: every listener of the run gets the event."""
 
 __all__ = [
     "GUARDRAIL_REASON",
@@ -31,14 +35,22 @@ __all__ = [
     "check_result",
     "denial_reason",
     "enforce_budget",
+    "fired_message",
     "guard_arguments",
     "guard_result",
     "guard_text",
     "guards_output",
     "over_budget",
-    "violation_message",
     "violation_reason",
 ]
+
+
+async def _fired(state: RunState, records: Sequence[GuardrailRecord], emit: Emit | None) -> None:
+    """Keep the records in the run state and tell the listeners (Events, metrics, logs)."""
+    state.guardrail_records.extend(records)
+    if emit is not None:
+        for record in records:
+            await emit(GuardrailFired(record))
 
 
 async def guard_text(
@@ -48,12 +60,13 @@ async def guard_text(
     state: RunState,
     *,
     tool: str | None = None,
+    emit: Emit | None = None,
 ) -> Screening:
-    """Screen `text` at `point` and account for it in `state` (tokens, records)."""
+    """Screen `text` at `point` and account for it in `state` (tokens, records, events)."""
     step = 0 if point == "input" else state.step
     checked = await screen(guards, point, text, step=step, tool=tool)  # type: ignore[arg-type]
     state.usage = state.usage + checked.usage
-    state.guardrail_records.extend(checked.records)
+    await _fired(state, checked.records, emit)
     return checked
 
 
@@ -84,13 +97,14 @@ _POINT_WORDS = {
 }
 
 
-def violation_message(record: GuardrailRecord) -> str:
-    """The status message of a violation: which guardrail, where; never the text."""
+def fired_message(record: GuardrailRecord) -> str:
+    """What a guardrail did, where (the status message of a violation, the Event and log of
+    any firing): names, the point and a fail-closed cause; never the text."""
     where = _POINT_WORDS[record.point]
     if record.tool:
         where += f" {record.tool!r}"
     how = f" (it failed closed: {record.cause})" if record.cause else ""
-    return f"guardrail {record.guardrail!r} denied {where} at step {record.step}{how}"
+    return f"guardrail {record.guardrail!r} {record.action} {where} at step {record.step}{how}"
 
 
 def violation_reason(record: GuardrailRecord) -> str:
@@ -104,13 +118,13 @@ def _error_text(record: GuardrailRecord) -> str:
 
 
 async def guard_arguments(
-    guards: Sequence[GuardrailBinding], call: ToolCall, state: RunState
+    guards: Sequence[GuardrailBinding], call: ToolCall, state: RunState, emit: Emit | None = None
 ) -> tuple[ToolCall, GuardrailRecord | None]:
     """The call with its arguments as the guardrails leave them (redacted), or the denial. The
     guardrails see the arguments as compact JSON; a redaction that does not leave a JSON object
     denies (fail closed)."""
     text = json.dumps(call.arguments or {}, ensure_ascii=False, separators=(",", ":"))
-    checked = await guard_text(guards, "toolArguments", text, state, tool=call.name)
+    checked = await guard_text(guards, "toolArguments", text, state, tool=call.name, emit=emit)
     if checked.denied is not None:
         return call, checked.denied
     if checked.text == text:
@@ -124,16 +138,21 @@ async def guard_arguments(
         denial = GuardrailRecord(
             last.step, last.point, last.guardrail, "denied", call.name, "RedactionBrokeArguments"
         )
-        state.guardrail_records.append(denial)
+        await _fired(state, [denial], emit)
         return call, denial
     return ToolCall(call.id, call.name, arguments), None
 
 
 async def guard_result(
-    guards: Sequence[GuardrailBinding], result: ToolResult, state: RunState
+    guards: Sequence[GuardrailBinding],
+    result: ToolResult,
+    state: RunState,
+    emit: Emit | None = None,
 ) -> tuple[ToolResult, GuardrailRecord | None]:
     """The result as the model may see it (redacted), or an error result and the denial."""
-    checked = await guard_text(guards, "toolResult", result.content, state, tool=result.name)
+    checked = await guard_text(
+        guards, "toolResult", result.content, state, tool=result.name, emit=emit
+    )
     if checked.denied is not None:
         denied = checked.denied
         return ToolResult(result.call_id, result.name, _error_text(denied), True), denied
@@ -151,39 +170,43 @@ def refusal(record: GuardrailRecord, call: ToolCall) -> ToolResult:
 
 
 async def check_input(
-    guards: Sequence[GuardrailBinding], config: RunConfig, state: RunState
+    guards: Sequence[GuardrailBinding], config: RunConfig, state: RunState, emit: Emit
 ) -> str | None:
     """Screen the Task input (the user message) before the first model call; the violation
     message, or None with the user message replaced by what the guardrails left of it."""
     if not guards:
         return None
-    checked = await guard_text(guards, "input", config.user_message, state)
+    checked = await guard_text(guards, "input", config.user_message, state, emit=emit)
     if checked.denied is not None:
-        return violation_message(checked.denied)
+        return fired_message(checked.denied)
     enforce_budget(config.token_budget, state)
     state.items[1] = UserMessage(checked.text)
     return None
 
 
 async def check_output(
-    guards: Sequence[GuardrailBinding], config: RunConfig, text: str, state: RunState
+    guards: Sequence[GuardrailBinding], config: RunConfig, text: str, state: RunState, emit: Emit
 ) -> tuple[str, str | None]:
     """Screen the final answer (the last assistant message): the answer as the guardrails
     leave it (also in the transcript), and the violation message or None."""
-    checked = await guard_text(guards, "output", text, state)
+    checked = await guard_text(guards, "output", text, state, emit=emit)
     if checked.denied is not None:
-        return text, violation_message(checked.denied)
+        return text, fired_message(checked.denied)
     enforce_budget(config.token_budget, state)
     state.items[-1] = AssistantMessage(checked.text, ())
     return checked.text, None
 
 
 async def check_arguments(
-    guards: Sequence[GuardrailBinding], call: ToolCall, config: RunConfig, state: RunState
+    guards: Sequence[GuardrailBinding],
+    call: ToolCall,
+    config: RunConfig,
+    state: RunState,
+    emit: Emit,
 ) -> tuple[ToolCall, tuple[ToolCallRecord, ToolResult] | None]:
     """Screen an allowed call's arguments before it runs: the call as it may run (redacted),
     or the denial record and the error result the model gets instead."""
-    call, blocked = await guard_arguments(guards, call, state)
+    call, blocked = await guard_arguments(guards, call, state, emit)
     if blocked is not None:
         reason = violation_reason(blocked)
         record = ToolCallRecord(state.step, call.name, "denied", reason, "skipped", call.id)
@@ -197,11 +220,12 @@ async def check_result(
     record: ToolCallRecord,
     result: ToolResult,
     state: RunState,
+    emit: Emit,
 ) -> tuple[ToolCallRecord, ToolResult, bool]:
     """Screen a tool's result before the model sees it: the record (its reason names the
     guardrail when one withheld the result), the result as the model may see it, and whether
     it was withheld. The caller records both, then calls `enforce_budget`."""
-    result, withheld = await guard_result(guards, result, state)
+    result, withheld = await guard_result(guards, result, state, emit)
     if withheld is None:
         return record, result, False
     return dataclasses.replace(record, reason=violation_reason(withheld)), result, True

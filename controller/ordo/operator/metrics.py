@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from ..engine.events import (
     Event,
+    GuardrailFired,
     ModelResponded,
     RunFinished,
     ToolDecided,
@@ -63,6 +64,13 @@ class Metrics:
             "ordo_tool_calls_total",
             "Tool-call decisions and outcomes.",
             ["tool", "decision", "outcome"],
+            registry=r,
+        )
+        self.guardrail_decisions = Counter(
+            "ordo_guardrail_decisions_total",
+            "Guardrails that fired, by Guardrail name, point (input, toolArguments, toolResult, "
+            "output) and outcome (redacted, denied); checks that allowed are not counted.",
+            ["guardrail", "point", "outcome"],
             registry=r,
         )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
@@ -148,6 +156,9 @@ class RunMetrics:
                 m.tool_calls.labels(_tool_label(r.tool), r.decision, "skipped").inc()
         elif isinstance(event, ToolFinished):
             m.tool_calls.labels(_tool_label(event.tool), "allowed", event.outcome).inc()
+        elif isinstance(event, GuardrailFired):
+            g = event.record  # a Guardrail object's name (resolved), a point, an action
+            m.guardrail_decisions.labels(g.guardrail, g.point, g.action).inc()
         elif isinstance(event, RunFinished) and event.result.reason in (
             "ModelError",
             "ModelUnavailable",

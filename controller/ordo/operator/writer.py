@@ -9,8 +9,10 @@ import logging
 import time
 from typing import Any
 
+from ..engine import guardsteps
 from ..engine.events import (
     Event,
+    GuardrailFired,
     ModelResponded,
     RunFinished,
     RunStarted,
@@ -201,6 +203,7 @@ class ProgressWriter:
         self._ns, self._name = meta["namespace"], meta["name"]
         self._first = True
         self._reported: set[tuple[int, str | None, str]] = set()
+        self._redactions: set[tuple[str, str, str | None]] = set()
 
     async def _tool_failures(self, event: StepFinished) -> None:
         for r in failed_calls(event):
@@ -218,6 +221,18 @@ class ProgressWriter:
                 ),
                 warning=True,
             )
+
+    async def _guardrail_fired(self, event: GuardrailFired) -> None:
+        """Warning `GuardrailViolation` for each denial; Normal `GuardrailRedacted` once per
+        guardrail, point and tool in a run (a redaction may repeat every step)."""
+        r = event.record
+        if r.action == "redacted":
+            if (r.guardrail, r.point, r.tool) in self._redactions:
+                return
+            self._redactions.add((r.guardrail, r.point, r.tool))
+        reason = "GuardrailViolation" if r.action == "denied" else "GuardrailRedacted"
+        message = status_mod.cap(guardsteps.fired_message(r), 1024)
+        await self._w.recorder.post(self._body, reason, message, warning=r.action == "denied")
 
     async def write(self, state: RunState) -> None:
         """Patch the bounded progress summary of `state` (fenced by the executionId). Called
@@ -244,6 +259,8 @@ class ProgressWriter:
     async def __call__(self, event: Event) -> None:
         if isinstance(event, StepFinished):
             await self._tool_failures(event)
+        elif isinstance(event, GuardrailFired):
+            await self._guardrail_fired(event)
         elif isinstance(event, ToolDecided) and event.record.decision == "denied":
             r = event.record
             await self._w.recorder.post(
@@ -286,6 +303,21 @@ async def log_events(event: Event) -> None:
                     "tool": status_mod.capped_name(r.tool),
                     "decision": r.decision,
                     "reason": status_mod.cap(r.reason, 256),
+                }
+            },
+        )
+    elif isinstance(event, GuardrailFired):
+        g = event.record
+        log.log(
+            logging.WARNING if g.action == "denied" else logging.INFO,
+            "guardrail fired",
+            extra={
+                "ordo": {
+                    "guardrail": g.guardrail,
+                    "point": g.point,
+                    "action": g.action,
+                    **({"tool": status_mod.capped_name(g.tool)} if g.tool else {}),
+                    **({"cause": g.cause} if g.cause else {}),
                 }
             },
         )
