@@ -23,8 +23,8 @@ from typing import Any
 
 from ..api.task import Reason
 from ..errors import Interrupted, LeaseLost, OrdoError
+from . import approvals, livepolicy
 from . import guardsteps as guard
-from . import livepolicy
 from . import output as output_mod
 from .events import (
     Checkpoint,
@@ -38,6 +38,7 @@ from .events import (
     ToolDecided,
     ToolFinished,
 )
+from .governance import bounded_reason
 from .guardrails import GuardrailBinding
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
@@ -110,6 +111,19 @@ async def run_agent(
             "Failed", "AgentSuspended", livepolicy.stopped(suspended_by, state.step)
         )
 
+    async def awaiting() -> RunResult:
+        """Calls wait for a human decision (approvals.py): checkpoint and stop, not terminal
+        (a cancel request ends the run instead)."""
+        if cancel is not None and cancel.is_set():
+            state.approvals.clear()
+            _fill_unanswered(state)
+            return await finish("Cancelled", "Cancelled", f"cancelled after {state.step} step(s)")
+        state.awaiting_since = config.clock()
+        await emit(Checkpoint(state))
+        return await finish(
+            "AwaitingApproval", "AwaitingApproval", approvals.awaiting_message(state)
+        )
+
     await emit(RunStarted(resumed_from_step=state.step))
     try:
         async with asyncio.timeout_at(loop_deadline(deadline)):
@@ -122,9 +136,11 @@ async def run_agent(
                 _fill_unanswered(state)
                 return await finish(
                     "Failed",
-                    guard.denial_reason(denied),
+                    approvals.ended_by(denied) or guard.denial_reason(denied),
                     f"tool {denied.tool!r} denied: {denied.reason}",
                 )
+            if state.approvals:
+                return await awaiting()
             while True:
                 if cancel is not None and cancel.is_set():
                     return await finish(
@@ -208,9 +224,11 @@ async def run_agent(
                     _fill_unanswered(state)
                     return await finish(
                         "Failed",
-                        guard.denial_reason(denied),
+                        approvals.ended_by(denied) or guard.denial_reason(denied),
                         f"tool {denied.tool!r} denied at step {step}: {denied.reason}",
                     )
+                if state.approvals:
+                    return await awaiting()
                 await emit(Checkpoint(state))
                 await emit(StepFinished(state))
     except TimeoutError:
@@ -382,6 +400,11 @@ async def _run_calls(
             call, refused = await guard.check_arguments(guardrails, call, config, state, emit)
             if refused is not None:
                 screened = Screened(*refused)
+        if screened.binding is not None:
+            gated = await _approval_gate(call, screened, config, state)
+            if gated is None:
+                continue  # waits for a human decision: no result yet (approvals.py)
+            screened = gated
         await emit(ToolDecided(screened.record))
         if screened.binding is None:
             state.records.append(screened.record)
@@ -441,7 +464,36 @@ async def _complete_pending_calls(
     denied = await _run_calls(
         pending, config, tools, state, emit, resuming=True, guardrails=guardrails
     )
-    if denied is None:
+    if denied is None and not state.approvals:
         await emit(Checkpoint(state))
         await emit(StepFinished(state))
     return denied
+
+
+async def _approval_gate(
+    call: ToolCall, screened: Screened, config: RunConfig, state: RunState
+) -> Screened | None:
+    """A call that needs a human approval (approvals.py): None while it waits; else the
+    call to run (approved, or no approval needed) or its refusal (rejected, timed out)."""
+    assert screened.binding is not None
+    rule = approvals.requirement(config.governance, screened.binding)
+    if rule is None:
+        return screened
+    pending = approvals.request(
+        state, call.id, call.name, rule, config.approval_timeout, config.clock()
+    )
+    decider = config.approval_decider
+    decisions = await decider(pending, call.arguments or {}) if decider else ()
+    settled, by = approvals.settle(pending, decisions, config.clock())
+    if settled == "waiting":
+        return None
+    del state.approvals[call.id]
+    if settled == "approved":
+        reason = bounded_reason(f"Approved: {by}" if by else "Approved")
+        record = ToolCallRecord(pending.step, call.name, "allowed", reason, None, call.id)
+        return Screened(record, None, screened.binding)
+    reason, text = approvals.refusal(settled, by)
+    record = ToolCallRecord(
+        pending.step, call.name, "denied", bounded_reason(reason), "skipped", call.id
+    )
+    return Screened(record, ToolResult(call.id, call.name, text, is_error=True))
