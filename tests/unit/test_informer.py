@@ -6,6 +6,7 @@ through an unsynced cache fails closed instead of reading "empty"."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -61,6 +62,9 @@ class Source:
             raise answer
         items, rv = answer
         return [dict(i, metadata=dict(i["metadata"])) for i in items], rv
+
+    async def list_tasks_probe(self, namespace: str | None) -> None:
+        """/readyz's probe of the API: answers."""
 
     async def watch(
         self,
@@ -253,3 +257,31 @@ async def test_cached_store_fails_closed_and_resolve_reports_policy_unavailable(
         ) >= 1
     finally:
         await cache.stop()
+
+
+async def test_readyz_fails_until_the_caches_are_synced() -> None:
+    import aiohttp
+
+    from ordo.operator.health import HealthServer
+
+    source = Source()
+    source.lists["Agent"] = [ApiError(403, "Forbidden", "no"), ([], "1")]
+    cache = ObjectCache(source, ["ns"], kinds=["Agent"], backoff=(0.05, 0.05))  # type: ignore[arg-type]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = HealthServer(source, Metrics(), port, None, host="127.0.0.1")  # type: ignore[arg-type]
+    server.cache = cache
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 503
+                assert "caches not synced: Agent/ns" in await response.text()
+            await cache.start()
+            await within(cache.wait_synced("ns"))
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 200
+    finally:
+        await cache.stop()
+        await server.stop()

@@ -3,7 +3,7 @@
 `ObjectCache` runs one informer (informer.py) per cached kind and watched namespace, or one
 per kind across all namespaces when the operator watches the whole cluster (as its kopf
 watches do). `CachedStore` resolves references from it: a Task costs no GET or LIST of the
-kinds below, only the Secrets it names (read on demand: the operator may not list or watch
+kinds in CACHED_KINDS, only the Secrets it names (read on demand: the operator may not list or watch
 Secrets).
 
 Fail closed: reading a kind whose informer is not synced (first LIST not done yet, or the
@@ -36,6 +36,8 @@ CACHED_KINDS: tuple[str, ...] = (
     "ToolPermission",
     "AgentPolicy",
     "Memory",
+    "ToolApproval",
+    "Guardrail",
 )
 """The kinds read from the cache. Adding one: name it here (the operator's RBAC must grant
 list and watch on it, or the cache never syncs and no Task runs)."""

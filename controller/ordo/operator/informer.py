@@ -102,6 +102,7 @@ class Informer:
         self._backoff = backoff
         self._watch_timeout = watch_timeout
         self._tick = asyncio.Event()
+        self._expired_in_row = False
 
     # -- reading --------------------------------------------------------------------------
 
@@ -142,6 +143,10 @@ class Informer:
                 listed = False
                 self._set_synced(False)
                 self._restarted(exc.reason)
+                if self._expired_in_row:  # expired again right after a relist: back off
+                    await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                    delay = min(delay * 2, self._backoff[1])
+                self._expired_in_row = True
             except ApiError as exc:
                 self._set_synced(False)
                 if exc.status == 410:
@@ -204,6 +209,7 @@ class Informer:
                 extra={"ordo": {"kind": self.kind, "errorStatus": code}},
             )
             raise Expired("error")
+        self._expired_in_row = False
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             key = _key(body)
             if key is not None:
