@@ -99,6 +99,10 @@ def register(sub: Any) -> None:
     invoke.add_arguments(invoke_parser)
     invoke_parser.set_defaults(func=invoke.run)
 
+    from . import approvecli
+
+    approvecli.register(sub)
+
     from .operator import main as operator_main
 
     operator = sub.add_parser(

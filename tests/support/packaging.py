@@ -40,6 +40,7 @@ ORDO_RESOURCES = (
     "toolpermissions",
     "agentpolicies",
     "guardrails",
+    "toolapprovals",
 )
 OPERATOR_RULES: frozenset[Rule] = frozenset(
     # kopf watches these (list + watch); ordo's client gets and lists them.

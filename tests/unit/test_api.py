@@ -58,7 +58,7 @@ def _example_documents() -> list[manifests.Document]:
 def test_crds_are_current() -> None:
     rendered = crdgen.render_all()
     on_disk = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert len(rendered) == 9
+    assert len(rendered) == 10
     assert sorted(on_disk) == sorted(rendered), "run `ordo crds`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"crds/{name} is stale: run `ordo crds`"
@@ -199,7 +199,8 @@ def test_all_examples_together_validate() -> None:
 def test_research_agent_uses_every_configuration_kind() -> None:
     mset = manifests.load([str(EXAMPLES / "research-agent")])
     kinds = {obj.kind for _, obj in mset.objects}
-    assert kinds == set(KINDS)
+    # A ToolApproval decides a call of a running Task: nothing an example can name ahead.
+    assert kinds == set(KINDS) - {"ToolApproval"}
     (agent,) = [o for _, o in mset.objects if isinstance(o, Agent)]
     assert agent.spec.memory is not None and agent.spec.memory.ref and agent.spec.memory.allow
 

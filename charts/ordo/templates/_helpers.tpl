@@ -152,13 +152,13 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 */}}
 {{- define "ordo.rules" -}}
 - apiGroups: [ordo.dev]
-  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals]
   verbs: [get, list, watch]
 - apiGroups: [ordo.dev]
   resources: [tasks]
   verbs: [patch, delete]
 - apiGroups: [ordo.dev]
-  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status]
+  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status, toolapprovals/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [secrets]
@@ -188,7 +188,7 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
 */}}
 {{- define "ordo.runnerRules" -}}
 - apiGroups: [ordo.dev]
-  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals]
   verbs: [get, list]
 - apiGroups: [ordo.dev]
   resources: [tasks]

@@ -16,6 +16,7 @@ from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
 from .tool import Tool, ToolSpec, model_tool_name
+from .toolapproval import TOOL_APPROVAL_IMMUTABLE, ToolApproval, ToolApprovalSpec
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
@@ -151,9 +152,26 @@ KINDS: dict[str, KindInfo] = {
                 _col("Steps", ".status.step", "integer"),
                 _col("Tokens", ".status.usage.totalTokens", "integer"),
                 _col("Mode", ".status.executionMode"),
+                _col(
+                    "Awaiting-Approval", '.status.conditions[?(@.type=="AwaitingApproval")].status'
+                ),
                 AGE,
             ),
             spec_rules=(TASK_SPEC_IMMUTABLE,),
+        ),
+        KindInfo(
+            ToolApproval,
+            "toolapprovals",
+            ("tappr",),
+            (
+                _col("Task", ".spec.taskRef"),
+                _col("Call", ".spec.callId"),
+                _col("Decision", ".spec.decision"),
+                _col("Accepted", '.status.conditions[?(@.type=="Accepted")].status'),
+                _col("Why", '.status.conditions[?(@.type=="Accepted")].reason', priority=1),
+                AGE,
+            ),
+            spec_rules=(TOOL_APPROVAL_IMMUTABLE,),
         ),
     )
 }
@@ -186,6 +204,8 @@ __all__ = [
     "TaskSpec",
     "TaskStatus",
     "Tool",
+    "ToolApproval",
+    "ToolApprovalSpec",
     "ToolPermission",
     "ToolPermissionSpec",
     "ToolSpec",

@@ -175,6 +175,25 @@ class ToolCallRecord(OrdoModel):
     `Timeout` (never a URL, arguments or the response)."""
 
 
+class PendingApprovalStatus(OrdoModel):
+    """A tool call waiting for a human decision (never its arguments: `ordo approvals TASK`
+    reads them from the checkpoint)."""
+
+    call_id: Annotated[str, Field(max_length=256)]
+    """The provider's call id: what a ToolApproval's `spec.callId` names."""
+    tool: Annotated[str, Field(max_length=128)]
+    """The name the model used."""
+    step: Annotated[int, Field(ge=1)]
+    """Step that requested the call."""
+    requested_at: str | None = None
+    """When the run stopped for it (RFC 3339)."""
+    deadline: str | None = None
+    """When it counts as rejected (`ApprovalTimedOut`) without a decision (RFC 3339)."""
+
+
+MAX_PENDING_APPROVALS = 64
+
+
 class TaskStatus(OrdoModel):
     """Observed state of a Task (the status contract)."""
 
@@ -223,6 +242,10 @@ class TaskStatus(OrdoModel):
     execution_mode: Literal["InProcess", "Job"] | None = None
     """Where the run executes: `InProcess` (the operator's process) or `Job` (the batch/v1
     Job `ordo-task-<uid>`); written when the Task is claimed."""
+    pending_approvals: (
+        Annotated[list[PendingApprovalStatus], Field(max_length=MAX_PENDING_APPROVALS)] | None
+    ) = None
+    """Tool calls waiting for a human decision while condition `AwaitingApproval` is True."""
     trace_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
     """The OpenTelemetry trace of the run (W3C trace id; the trace of the Task's
     `ordo.dev/traceparent` annotation when it has one); the run's log lines carry it too."""

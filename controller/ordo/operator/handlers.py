@@ -42,6 +42,8 @@ class OperatorConfig:
     job_poll_seconds: float = 10.0
     job_cancel_grace_seconds: float = 30.0
     reference_grace_seconds: float = 60.0
+    approval_timeout_seconds: float | None = None
+    """Default wait for a human decision on a tool call (None: 24h)."""
     task_ttl_seconds: float | None = None
     """Delete finished Tasks this long after they end unless they set their own
     spec.ttlSecondsAfterFinished; None (or 0) keeps them."""
@@ -121,6 +123,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             job_poll_seconds=cfg.job_poll_seconds,
             job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,
             reference_grace_seconds=cfg.reference_grace_seconds,
+            approval_timeout=cfg.approval_timeout_seconds,
         ),
         metrics=STATE.metrics,
         store=store,
@@ -193,6 +196,14 @@ async def _job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     scheduler = _state(memo).scheduler
     if scheduler is not None:
         scheduler.observe_job(_plain(body))
+
+
+@kopf.on.event(GROUP, VERSION, "toolapprovals")
+async def _approval_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A ToolApproval changed: wake the Task it names; write its Accepted condition."""
+    scheduler = _state(memo).scheduler
+    if scheduler is not None:
+        scheduler.observe_approval(_plain(body), event.get("type"))
 
 
 READINESS_KINDS = {

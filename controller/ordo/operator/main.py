@@ -88,6 +88,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0s fails at once; per Task: annotation ordo.dev/reference-grace)",
     )
     parser.add_argument(
+        "--approval-timeout",
+        type=_duration_seconds,
+        default=24 * 3600.0,
+        metavar="DURATION",
+        help="how long a tool call that needs a human approval waits for a ToolApproval before "
+        "it counts as rejected (ApprovalTimedOut), unless its Tool sets spec.approval.timeout "
+        "(default 24h)",
+    )
+    parser.add_argument(
         "--task-ttl",
         type=_duration_seconds,
         default=0.0,
@@ -261,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
         job=job,
         job_cancel_grace_seconds=args.job_cancel_grace_seconds,
         reference_grace_seconds=args.reference_grace,
+        approval_timeout_seconds=args.approval_timeout,
         task_ttl_seconds=args.task_ttl or None,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}

@@ -75,6 +75,11 @@ class Metrics:
         )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
         self.pending = Gauge("ordo_tasks_pending", "Tasks waiting for capacity.", registry=r)
+        self.awaiting_approval = Gauge(
+            "ordo_tasks_awaiting_approval",
+            "Tasks waiting for a human decision on a tool call (they hold no slot).",
+            registry=r,
+        )
         self.jobs_running = Gauge(
             "ordo_task_jobs_running",
             "Tasks executing in Job mode (a batch/v1 Job each) that this process supervises; "

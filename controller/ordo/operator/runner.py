@@ -16,8 +16,9 @@ from typing import Any
 from ..api import Task
 from ..errors import Interrupted
 from ..runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
+from ..runtime import status as status_mod
 from ..runtime.store import ObjectStore
-from . import logs
+from . import approvals, logs
 from .checkpoint import CheckpointStore
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
@@ -56,6 +57,7 @@ class Runner:
         *,
         keep_checkpoints: bool = False,
         flush_seconds: float = FLUSH_SECONDS,
+        approval_timeout: float | None = None,
     ) -> None:
         self.writer = writer
         self.store = store
@@ -64,6 +66,10 @@ class Runner:
         self.keep_checkpoints = keep_checkpoints
         self.flush_seconds = flush_seconds
         """How long a finished step may stay unwritten (coalesce.py); 0 writes every step."""
+        self.approval_timeout = approval_timeout
+        """Default seconds a tool call waits for a human decision (--approval-timeout)."""
+        self.left_waiting: set[str] = set()
+        """Uids of Tasks whose run stopped for approvals (the scheduler then waits for them)."""
 
     async def run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
         """Run the claimed Task to its end while renewing the lease; write the outcome unless
@@ -110,6 +116,12 @@ class Runner:
                 state = await self._resume_state(
                     checkpoints, snapshot, int(status.get("step") or 0)
                 )
+                if approvals.awaiting(body):  # the waiting calls were decided (or timed out)
+                    fields = approvals.resumed_fields(status.get("conditions"))
+                    await self.writer.client.patch_status_fenced(
+                        "Task", task.namespace, task.name, execution_id, fields
+                    )
+                    body.setdefault("status", {}).update(fields)
             await self.writer.recorder.post(
                 body,
                 "Resumed" if claim.resuming else "Started",
@@ -129,7 +141,12 @@ class Runner:
             writes = RunWrites(
                 checkpoints, progress.write, lease=claim.lease, flush_seconds=self.flush_seconds
             )
-            return Prepared(state, [writes, progress, run_metrics, log_events])
+            return Prepared(
+                state,
+                [writes, progress, run_metrics, log_events],
+                approval_decider=approvals.decider(self.store, body),
+                approval_timeout=self.approval_timeout,
+            )
 
         try:
             outcome: TaskOutcome = await execute(
@@ -152,12 +169,42 @@ class Runner:
                 "claimed it); it stops without writing its outcome"
             )
             raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
+        if outcome.awaiting and outcome.result is not None:
+            await self._await_approval(body, outcome, checkpoints, execution_id)
+            return
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
         if not self.keep_checkpoints and checkpoints.touched:
             try:
                 await checkpoints.delete()
             except Exception:
                 log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
+
+    async def _await_approval(
+        self,
+        body: dict[str, Any],
+        outcome: TaskOutcome,
+        checkpoints: CheckpointStore,
+        execution_id: str,
+    ) -> None:
+        """The run stopped for approvals: checkpoint (the arguments stay there), then the
+        condition, the pending calls (ids and tools) and the progress in status, an Event.
+        The lease and the slot are released by the caller; the Task stays Running."""
+        assert outcome.result is not None
+        state = outcome.result.state
+        await checkpoints.save(state)
+        meta = body["metadata"]
+        status = body.get("status") or {}
+        fields = status_mod.to_patch(status_mod.progress(state))
+        fields.update(approvals.awaiting_fields(state, status.get("conditions")))
+        await self.writer.client.patch_status_fenced(
+            "Task", meta["namespace"], meta["name"], execution_id, fields
+        )
+        await self.writer.recorder.post(body, approvals.CONDITION, outcome.message)
+        log.info(
+            "run stopped to wait for tool-call approvals",
+            extra={"ordo": {"calls": len(state.approvals)}},
+        )
+        self.left_waiting.add(meta["uid"])
 
     @staticmethod
     async def _resume_state(checkpoints: CheckpointStore, snapshot: Snapshot, step: int) -> Any:

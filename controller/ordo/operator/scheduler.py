@@ -39,6 +39,8 @@ from ..errors import validation_problem
 from ..runtime import ModelFactory, TaskOutcome, default_model_factory, internal_error
 from ..runtime.store import ObjectStore
 from . import logs
+from .approvals import ApprovalGate
+from .approvals import awaiting as awaiting_approval
 from .cache import NotSynced, ObjectCache
 from .capacity import acquire, mark_waiting
 from .claim import Claimer
@@ -76,6 +78,8 @@ class SchedulerSettings:
     """How long a cancelled Job-mode run may take to stop by itself before its Job is deleted."""
     reference_grace_seconds: float = DEFAULT_GRACE_SECONDS
     """How long a Task whose references are missing waits Pending before it fails."""
+    approval_timeout: float | None = None
+    """Seconds a tool call waits for a human decision (None: 24h; `--approval-timeout`)."""
 
 
 @dataclass
@@ -84,6 +88,8 @@ class Job:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     """Set on every watch event of the Task or its batch Job (Job mode: re-check now)."""
+    awaiting: bool = False
+    """The Task's last event showed `AwaitingApproval=True` (approvals.py gates the job)."""
 
 
 class TaskScheduler:
@@ -118,7 +124,10 @@ class TaskScheduler:
             self.metrics,
             model_factory,
             keep_checkpoints=self.settings.keep_checkpoints,
+            approval_timeout=self.settings.approval_timeout,
         )
+        self.approvals = ApprovalGate(client, cache, self.metrics)
+        """Holds the jobs of Tasks that wait for tool-call approvals (operator/approvals.py)."""
         self.jobs = JobSupervisor(
             client,
             self.writer,
@@ -155,13 +164,14 @@ class TaskScheduler:
         if job is not None:
             if deleting or spec.get("cancel"):
                 job.cancel.set()
+            job.awaiting = awaiting_approval(body)
             job.wake.set()
             return
         if phase in TERMINAL_PHASES:
             if FINALIZER in (meta.get("finalizers") or []):
                 self._spawn(self.writer.release(meta["namespace"], meta["name"]))
             return
-        job = Job()
+        job = Job(awaiting=awaiting_approval(body))
         if deleting or spec.get("cancel"):
             job.cancel.set()
         self._jobs[uid] = job
@@ -178,6 +188,22 @@ class TaskScheduler:
                 job = self._jobs.get(str(ref.get("uid")))
                 if job is not None:
                     job.wake.set()
+
+    def observe_approval(self, body: dict[str, Any], event_type: str | None) -> None:
+        """React to a watch event of a ToolApproval: wake the Task it names, write its
+        `Accepted` condition. Never blocks; never raises."""
+        self._spawn(self._observe_approval(body, event_type))
+
+    async def _observe_approval(self, body: dict[str, Any], event_type: str | None) -> None:
+        try:
+            await self.approvals.observe(body, event_type)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "ToolApproval could not be evaluated",
+                extra={"ordo": {"errorType": type(exc).__name__}},
+            )
 
     async def sweep(self) -> None:
         """Observe every Task of the namespaces seen so far again, so a Task whose job gave
@@ -220,6 +246,11 @@ class TaskScheduler:
                 attempt += 1
                 try:
                     await self._attempt(namespace, name, job, in_job)
+                    if uid in self.runner.left_waiting:  # stopped for approvals: wait for them
+                        self.runner.left_waiting.discard(uid)
+                        job.awaiting = True
+                        attempt -= 1
+                        continue
                     return
                 except asyncio.CancelledError:
                     return
@@ -282,6 +313,8 @@ class TaskScheduler:
 
     async def _attempt(self, namespace: str, name: str, job: Job, in_job: bool = False) -> None:
         await self._wait_synced(namespace, job)
+        if job.awaiting:  # holds no slot while tool calls wait for a human decision
+            await self.approvals.wait(namespace, name, job.wake, job.cancel)
         self.metrics.pending.inc()
         waiting = True
         try:
