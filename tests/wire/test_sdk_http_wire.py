@@ -248,3 +248,18 @@ async def test_closing_one_client_leaves_the_pool_to_the_others_and_the_last_clo
         assert http_client.is_closed and id(http_client) not in sdk_http.POOL.users()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "azure-openai", "anthropic"])
+async def test_a_keyless_endpoint_sends_no_credential_header(provider: str) -> None:
+    """The SDKs insist on a key; ordo gives them a placeholder and omits the header."""
+    server = _server("anthropic" if provider == "anthropic" else "openai")
+    try:
+        base = server.url + ("/v1" if provider == "openai-compatible" else "")
+        client = build_model_client(endpoint(provider, base), None)
+        assert (await client.complete(_request())).text
+        headers = server.requests[0].headers
+        assert not {"authorization", "api-key", "x-api-key"} & set(headers)
+        await client.close()  # type: ignore[attr-defined]
+    finally:
+        server.stop()

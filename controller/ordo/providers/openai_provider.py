@@ -47,7 +47,9 @@ NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
 """Providers sent `response_format: json_schema` when the run has an output schema."""
 _NO_KEY = "no-key"
 """The SDK insists on a key; keyless endpoints get this and the header is omitted."""
-_KEYLESS: openai.RequestOptions = {"headers": {"Authorization": openai.Omit()}}
+_KEYLESS: openai.RequestOptions = {
+    "headers": {"Authorization": openai.Omit(), "api-key": openai.Omit()}
+}
 
 
 def to_messages(items: list[Item] | tuple[Item, ...]) -> list[dict[str, Any]]:

@@ -27,29 +27,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.cookiejar
+import importlib
 import json
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import anthropic
 import httpx2
-import openai
-from anthropic._vendor.httpx_aiohttp import AiohttpTransport as AnthropicAiohttpTransport
-from openai._vendor.httpx_aiohttp import AiohttpTransport as OpenAIAiohttpTransport
 
 from ..tls import shared_ssl_context
 from .errors import EncodedResponse, ResponseTooLarge
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """Longest body read (an answer or an error); a longer one is `ResponseTooLarge`."""
 MAX_CONNECTIONS = 1000
 """Open connections per SDK per event loop, all hosts together (the SDKs' default per
 client). In-flight model calls are bounded by the operator's `--max-concurrent-tasks` first."""
-
-_Transport = OpenAIAiohttpTransport | AnthropicAiohttpTransport
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -94,49 +93,51 @@ async def _bound_body(response: httpx2.Response) -> None:
     response.stream = _BoundedStream(stream, MAX_RESPONSE_BYTES)
 
 
-def _cookie_free(transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTransport:
+def _cookie_free(built: httpx2.AsyncBaseTransport, expected: type) -> httpx2.AsyncBaseTransport:
     """The SDK's aiohttp transport with a session of our own: the transport's own session
     would keep cookies. Same connector settings as the transport's `get_client`."""
-    if not isinstance(transport, _Transport):  # the SDK changed its transport: fail loudly
-        raise TypeError(f"unexpected SDK transport {type(transport).__name__}")
-    aiohttp_transport = transport
+    if not isinstance(built, expected):  # the SDK changed its transport: fail loudly
+        raise TypeError(f"unexpected SDK transport {type(built).__name__}")
+    transport: Any = built
 
     def session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
-            limit=aiohttp_transport.limits.max_connections or 0,
-            keepalive_timeout=aiohttp_transport.limits.keepalive_expiry,
-            ssl=aiohttp_transport.ssl_context,
+            limit=transport.limits.max_connections or 0,
+            keepalive_timeout=transport.limits.keepalive_expiry,
+            ssl=transport.ssl_context,
         )
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
-    aiohttp_transport.client = session
-    return aiohttp_transport
+    transport.client = session
+    return built
 
 
-class _OpenAIShared(openai.DefaultAioHttpClient):  # type: ignore[misc,valid-type]
-    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-        return _cookie_free(super()._init_transport(*args, **kwargs))
-
-    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-        return _cookie_free(super()._init_proxy_transport(*args, **kwargs))
+_CLASSES: dict[str, type[httpx2.AsyncClient]] = {}
 
 
-class _AnthropicShared(anthropic.DefaultAioHttpClient):  # type: ignore[misc,valid-type]
-    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-        return _cookie_free(super()._init_transport(*args, **kwargs))
+def _client_class(sdk: str) -> type[httpx2.AsyncClient]:
+    """`<sdk>.DefaultAioHttpClient` with cookie-free transports. The SDK is imported here, on
+    first use: an openai-only process never pays for importing anthropic (about 40 MiB)."""
+    cls = _CLASSES.get(sdk)
+    if cls is not None:
+        return cls
+    base: Any = importlib.import_module(sdk).DefaultAioHttpClient
+    # The transport DefaultAioHttpClient is built on (the SDK's copy of httpx-aiohttp).
+    expected: type = importlib.import_module(f"{sdk}._vendor.httpx_aiohttp").AiohttpTransport
 
-    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-        return _cookie_free(super()._init_proxy_transport(*args, **kwargs))
+    class Shared(base):  # type: ignore[misc,valid-type]
+        def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
+            return _cookie_free(super()._init_transport(*args, **kwargs), expected)
 
+        def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
+            return _cookie_free(super()._init_proxy_transport(*args, **kwargs), expected)
 
-_CLASSES: dict[str, Callable[..., httpx2.AsyncClient]] = {
-    "openai": _OpenAIShared,
-    "anthropic": _AnthropicShared,
-}
+    cls = _CLASSES[sdk] = Shared
+    return cls
 
 
 def _new_client(sdk: str) -> httpx2.AsyncClient:
-    return _CLASSES[sdk](
+    return _client_class(sdk)(
         verify=shared_ssl_context(),
         limits=httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100),
         follow_redirects=False,
