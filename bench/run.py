@@ -46,11 +46,9 @@ TARGET_CONCURRENCY_RATIO = 1.5
 TARGET_RSS_KIB = 200
 """Peak RSS per in-flight run (benchmark 2)."""
 TARGET_STATUS_EXTRA = 2
-"""Status patches per Task ≤ steps + this (benchmark 3)."""
-TARGET_REQUESTS_EXTRA = 5
-"""Kubernetes API requests per Task ≤ steps + this (benchmark 3, issue 14)."""
-TARGET_OPERATOR_CPU_MS = 30.0
-"""Operator CPU per Task (benchmark 3, issue 14)."""
+"""Status patches per Task ≤ steps + this (benchmark 3). The other operator targets (API
+requests and CPU per Task, a replica's cost for a Task it does not run) are
+operator_throughput's, checked by its `scaling_section`."""
 
 
 def _fmt(value: float, digits: int = 2) -> str:
@@ -188,7 +186,8 @@ def concurrency_section(
         "Each level in a fresh process; every ordo run builds its own model client, as a Task "
         "does. Ideal = 5 model calls x 100 ms. *RSS per run* = (peak RSS during the runs - RSS "
         "before them) / runs. The floor is the bare aiohttp + json loop sharing one session; "
-        "raw-sdk the hand-written `openai` SDK loop sharing one client."
+        "raw-sdk the hand-written `openai` SDK loop (`create`, default httpx2 transport) "
+        "sharing one client."
         + ("" if result.peak_reset else " (VmHWM could not be reset: peaks include start-up.)")
     )
     headers = [
@@ -324,29 +323,17 @@ def operator_section(
 def operator_targets(
     result: operator_throughput.OperatorResult,
 ) -> list[tuple[str, bool | None, str]]:
-    """The operator's targets (issues 8 and 14), each from the worst configuration of the run.
-    Benchmark 3 adds a target here: a TARGET_* constant above and one entry below."""
+    """The status-patch target (issue 8), from the worst configuration of the run; the issue
+    14 operator targets come from `operator_throughput.scaling_section`."""
     if not result.rows:
         return []
     steps = operator_throughput.STEPS
     patches = max(r.status_patches_per_task for r in result.rows)
-    requests = max(r.total_per_task for r in result.rows)
-    cpu = max(r.cpu_ms_per_task.get("operator", float("nan")) for r in result.rows)
     return [
         (
             f"Status patches per Task ≤ steps + {TARGET_STATUS_EXTRA}",
             patches <= steps + TARGET_STATUS_EXTRA,
             f"at most {patches:.2f} per Task for {steps} steps",
-        ),
-        (
-            f"API requests per Task ≤ steps + {TARGET_REQUESTS_EXTRA}",
-            requests <= steps + TARGET_REQUESTS_EXTRA,
-            f"at most {requests:.1f} per Task for {steps} steps",
-        ),
-        (
-            f"Operator CPU per Task ≤ {TARGET_OPERATOR_CPU_MS:g} ms",
-            None if math.isnan(cpu) else cpu <= TARGET_OPERATOR_CPU_MS,
-            f"at most {_fmt(cpu, 1)} ms per Task",
         ),
     ]
 
@@ -415,15 +402,17 @@ def _explanations(ran: set[str]) -> str:
 
 _LOOP_NOTES: tuple[str, ...] = (
     (
-        "- **The floor is the bare loop.** `floor` is the least a Python agent loop can do: "
-        "one aiohttp session, `json.dumps` of the request, `json.loads` of the answer, local "
-        "tools; `raw-sdk` is the same loop on `openai`'s `chat.completions.create` (httpx2, "
-        "request transform, pydantic response models). ordo's providers send and read the "
-        "protocol's JSON over one shared aiohttp session per process (providers/transport.py); "
-        "the SDKs' HTTP stack costs about 3x the floor's whole call even on their aiohttp "
-        'transport (docs/decisions.md, "Model calls on aiohttp"). What is left between ordo '
-        "and the floor is the engine: transcript items, governance, argument validation, "
-        "usage, events."
+        "- **The floor is the bare loop; ordo stays on the SDKs.** `floor` is the least a "
+        "Python agent loop can do: one aiohttp session, `json.dumps` of the request, "
+        "`json.loads` of the answer, local tools; `raw-sdk` is the same loop on `openai`'s "
+        "`chat.completions.create` as a user writes it (httpx2, request transform, pydantic "
+        "response models). ordo calls through the official SDKs on their cheapest "
+        "configuration (providers/sdk_http.py: the SDK's aiohttp transport shared per event "
+        "loop, the generic `post` with an already-JSON body, the raw answer parsed once): "
+        "the SDK's request building and httpx2 send layers cost about 3x the floor's whole "
+        "call on their own, so the 1.5x target is not met, by choice (docs/decisions.md, "
+        '"Model calls through the SDKs"). The rest between ordo and the floor is the engine: '
+        "transcript items, governance, argument validation, usage, events."
     ),
     (
         "- **ordo runs the benchmark script the way a Task does.** A tool is offered until it "
@@ -441,8 +430,8 @@ _CONCURRENCY_NOTES: tuple[str, ...] = (
         "0.5 s for any Python loop, the floor included, so ordo is measured against the "
         "floor's wall time in the same run. Past one process ordo scales on Kubernetes "
         "(DESIGN §7: sharded operators, Task execution in Jobs). Memory is not the limit: "
-        "every run's model client shares the process's one aiohttp session (its connection "
-        "pool), as Tasks in the operator do."
+        "every run's model client shares the event loop's one SDK HTTP client (its "
+        "connection pool), as Tasks in the operator do."
     ),
 )
 
@@ -552,6 +541,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if result_o.skipped:
             log(f"operator benchmark skipped: {result_o.skipped}")
         checks += operator_section(report, result_o)
+        checks += operator_throughput.scaling_section(report, result_o)
 
     elapsed = time.monotonic() - started
     console.rule("targets")

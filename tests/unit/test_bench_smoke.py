@@ -127,6 +127,11 @@ def test_quick_operator(tmp_path: Path) -> None:
     markdown = out.read_text()
     assert "## 3. Operator" in markdown
     tables = _tables(markdown)
-    assert len(tables) == 4  # targets, throughput, API requests by verb, CPU per process
+    # targets, throughput, API requests by verb, CPU per process; replicas and shards, per
+    # process (operator_throughput.scaling_section)
+    assert len(tables) == 6
+    assert "### Past one process: replicas and shards" in markdown
+    names = [name for name, _, _ in results["checks"]]
+    assert len(names) == len(set(names)), names  # each target reported once
     for table in tables:
         _assert_well_formed(table)
