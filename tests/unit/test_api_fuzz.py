@@ -18,7 +18,15 @@ from ordo.api import KINDS, manifests
 
 REPO = Path(__file__).resolve().parents[2]
 _DOCS, _ = manifests.read_documents([str(REPO / "examples")])
-BODIES = [d.body for d in _DOCS if not manifests.is_secret(d.body)]
+# A ToolApproval decides one call of a running Task, so no example can name one ahead: the
+# fuzz seed gets one of its own.
+TOOL_APPROVAL = {
+    "apiVersion": "ordo.dev/v1alpha1",
+    "kind": "ToolApproval",
+    "metadata": {"name": "approve-lookup", "namespace": "default"},
+    "spec": {"taskRef": "research", "callId": "call_1", "decision": "Approve", "reason": "ok"},
+}
+BODIES = [d.body for d in _DOCS if not manifests.is_secret(d.body)] + [TOOL_APPROVAL]
 
 ENUM_LIKE = [
     *KINDS,
