@@ -139,7 +139,9 @@ def _client_class(sdk: str) -> type[httpx2.AsyncClient]:
 def _new_client(sdk: str) -> httpx2.AsyncClient:
     return _client_class(sdk)(
         verify=shared_ssl_context(),
-        limits=httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100),
+        limits=httpx2.Limits(
+            max_connections=MAX_CONNECTIONS
+        ),  # aiohttp: a limit, no keep-alive cap
         follow_redirects=False,
         cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
         headers={"Accept-Encoding": "identity"},
