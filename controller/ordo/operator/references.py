@@ -69,7 +69,9 @@ class ReferenceWait:
         self.recorder = recorder
         self.grace = grace
 
-    async def check(self, task: Task, body: dict[str, Any]) -> None:
+    async def check(
+        self, task: Task, body: dict[str, Any], store: ObjectStore | None = None
+    ) -> None:
         """Return when the Task may be claimed: every reference resolves, resolution fails for
         a reason that waiting cannot fix, or the grace period is over (the run then fails
         with the `*NotFound` reason). Raise WaitForReferences otherwise."""
@@ -77,7 +79,7 @@ class ReferenceWait:
         if grace <= 0:
             return
         try:
-            await resolve(task, self.store)
+            await resolve(task, store or self.store)
             return
         except ResolutionError as exc:
             if exc.reason not in WAITABLE:

@@ -71,9 +71,11 @@ class Runner:
         self.left_waiting: set[str] = set()
         """Uids of Tasks whose run stopped for approvals (the scheduler then waits for them)."""
 
-    async def run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
+    async def run(
+        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore | None = None
+    ) -> None:
         """Run the claimed Task to its end while renewing the lease; write the outcome unless
-        another execution took the Task over."""
+        another execution took the Task over. `store` (default: the runner's) resolves it."""
         logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
         current = asyncio.current_task()
 
@@ -88,7 +90,7 @@ class Runner:
 
         renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
         try:
-            await self._run(claim, task, cancel)
+            await self._run(claim, task, cancel, store or self.store)
         except asyncio.CancelledError:
             # Our own cancel (lease lost) becomes RunAbandoned; any other cancel propagates.
             if lease_lost and current is not None and current.uncancel() == 0:
@@ -101,7 +103,9 @@ class Runner:
                 await renewer
             await claim.lease.release()
 
-    async def _run(self, claim: Claim, task: Task, cancel: asyncio.Event) -> None:
+    async def _run(
+        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore
+    ) -> None:
         started = time.monotonic()
         body, execution_id = claim.body, claim.execution_id
         status = body.get("status") or {}
@@ -144,14 +148,14 @@ class Runner:
             return Prepared(
                 state,
                 [writes, progress, run_metrics, log_events],
-                approval_decider=approvals.decider(self.store, body),
+                approval_decider=approvals.decider(store, body),
                 approval_timeout=self.approval_timeout,
             )
 
         try:
             outcome: TaskOutcome = await execute(
                 task,
-                self.store,
+                store,
                 prepare=prepare,
                 cancel=cancel,
                 model_factory=self.model_factory,

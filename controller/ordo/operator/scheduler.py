@@ -51,6 +51,7 @@ from .metrics import Metrics
 from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
 from .runner import RunAbandoned, Runner
 from .store import KubeStore
+from .taskstore import SecretsReadOnce
 from .writer import FINALIZER, TaskWriter
 
 RETRY_FIRST_SECONDS = 2.0
@@ -90,6 +91,17 @@ class Job:
     """Set on every watch event of the Task or its batch Job (Job mode: re-check now)."""
     awaiting: bool = False
     """The Task's last event showed `AwaitingApproval=True` (approvals.py gates the job)."""
+    body: dict[str, Any] | None = None
+    """The Task as its latest watch event showed it, not yet used. A Pending Task is claimed
+    from it instead of a GET: the claim's writes are fenced by its resourceVersion, so a stale
+    body costs one conflict and a re-read, never a wrong claim."""
+
+    def take_pending(self) -> dict[str, Any] | None:
+        """The watched body if it shows a Pending (never claimed) Task, once; else None."""
+        body, self.body = self.body, None
+        if body is None or (body.get("status") or {}).get("phase") not in (None, "Pending"):
+            return None
+        return body
 
 
 class TaskScheduler:
@@ -113,8 +125,11 @@ class TaskScheduler:
         self.writer = TaskWriter(client, self.metrics)
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         """This process, as the holder of execution leases."""
-        self.claimer = Claimer(client, self.identity, self.settings.lease_seconds)
+        self.claimer = Claimer(
+            client, self.identity, self.settings.lease_seconds, metrics=self.metrics
+        )
         store = store or KubeStore(client)
+        self.store = store
         self.references = ReferenceWait(
             client, store, self.writer.recorder, self.settings.reference_grace_seconds
         )
@@ -165,13 +180,14 @@ class TaskScheduler:
             if deleting or spec.get("cancel"):
                 job.cancel.set()
             job.awaiting = awaiting_approval(body)
+            job.body = body
             job.wake.set()
             return
         if phase in TERMINAL_PHASES:
             if FINALIZER in (meta.get("finalizers") or []):
                 self._spawn(self.writer.release(meta["namespace"], meta["name"]))
             return
-        job = Job(awaiting=awaiting_approval(body))
+        job = Job(awaiting=awaiting_approval(body), body=body)
         if deleting or spec.get("cancel"):
             job.cancel.set()
         self._jobs[uid] = job
@@ -327,7 +343,9 @@ class TaskScheduler:
                 if not runs_in_job(body):
                     body = None
             if body is None:
-                body = await self.claimer.wait_for_other_holder(namespace, name)
+                body = job.take_pending() or await self.claimer.wait_for_other_holder(
+                    namespace, name
+                )
             if body is None:
                 return
             must_wait = self._capacity.locked()
@@ -339,8 +357,11 @@ class TaskScheduler:
             try:
                 self.running += 1
                 self.metrics.running.inc()
-                # After a wait for capacity the Task may have changed: read it again.
-                fresh = await self.client.get("Task", namespace, name) if must_wait else body
+                # After a wait for capacity the Task may have changed: its latest watch event
+                # or, without one, a fresh read.
+                fresh: dict[str, Any] | None = body
+                if must_wait:
+                    fresh = job.take_pending() or await self.client.get("Task", namespace, name)
                 if fresh is not None:
                     await self._process(fresh, job)
             finally:
@@ -410,8 +431,9 @@ class TaskScheduler:
             return
 
         resuming = phase == "Running"
+        store = SecretsReadOnce(self.store)  # the pre-check and the run read each Secret once
         if not resuming:
-            await self.references.check(task, body)  # GitOps order: a bounded wait
+            await self.references.check(task, body, store)  # GitOps order: a bounded wait
         if self.cache is not None and not self.cache.synced(namespace):
             raise NotSynced("references", namespace)  # never claim on an unreadable cache
         async with self._claim_locks.setdefault(namespace, asyncio.Lock()):
@@ -438,4 +460,4 @@ class TaskScheduler:
             if fresh is not None:
                 await self._process(fresh, job)
         else:
-            await self.runner.run(claim, task, job.cancel)
+            await self.runner.run(claim, task, job.cancel, store)
