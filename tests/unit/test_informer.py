@@ -285,3 +285,22 @@ async def test_readyz_fails_until_the_caches_are_synced() -> None:
     finally:
         await cache.stop()
         await server.stop()
+
+
+async def test_a_kind_whose_crd_is_missing_says_how_to_fix_it(
+    running: Callable[[Informer], Informer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator upgraded before its CRDs lists a kind the API does not serve (404): the
+    cache stays unsynced (no Task is claimed, /readyz is 503) and the log names the CRD to
+    install, not only an HTTP status."""
+    source = Source()
+    source.lists["ToolApproval"] = [
+        ApiError(404, "NotFound", "the server could not find the requested resource"),
+        ApiError(404, "NotFound", "the server could not find the requested resource"),
+        ([], "3"),
+    ]
+    caplog.set_level("WARNING", logger="ordo.operator")
+    inf = running(informer(source, kind="ToolApproval"))
+    await within(inf.wait_until(lambda: inf.synced))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("toolapprovals.ordo.dev" in m and "CRD" in m for m in messages), messages

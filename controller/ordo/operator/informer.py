@@ -29,6 +29,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..api import GROUP, KINDS
 from .kube import ApiError, KubeClient
 
 log = logging.getLogger("ordo.operator.cache")
@@ -157,7 +158,7 @@ class Informer:
                 # (a resourceVersion the server no longer has answers 410: relist).
                 self._restarted("failed")
                 log.warning(
-                    "list or watch failed; retrying",
+                    _failure_message(self.kind, exc),
                     extra={
                         "ordo": {
                             "kind": self.kind,
@@ -233,3 +234,15 @@ class Informer:
     def _restarted(self, reason: str) -> None:
         if self._on_restart is not None:
             self._on_restart(self.kind, reason)
+
+
+def _failure_message(kind: str, exc: ApiError) -> str:
+    """The log line of a failed list or watch; a 404 means the API does not serve the kind:
+    the operator runs ahead of its CRDs, and the line says which one to install."""
+    if exc.status == 404 and kind in KINDS:
+        return (
+            f"the {KINDS[kind].plural}.{GROUP} CRD is not installed: no Task is claimed "
+            "until it is (install or upgrade the CRDs before the operator, "
+            "docs/operations.md); retrying"
+        )
+    return "list or watch failed; retrying"
