@@ -103,7 +103,8 @@ def awaiting_fields(state: RunState, conditions: list[dict[str, Any]] | None) ->
                 "tool": p.tool,
                 "step": max(p.step, 1),
                 "requestedAt": rfc3339(p.requested_at),
-                **({} if math.isinf(p.deadline) else {"deadline": rfc3339(p.deadline)}),
+                # rounded up: the gate must never see a call time out before the run does
+                **({} if math.isinf(p.deadline) else {"deadline": rfc3339(math.ceil(p.deadline))}),
             }
             for p in list(state.approvals.values())[:64]
         ],
@@ -195,7 +196,12 @@ def acceptance(approval: dict[str, Any], task: dict[str, Any] | None) -> tuple[s
             return "False", "CallSettled", "the call was already decided (or timed out)"
     if status.get("phase") in TERMINAL_PHASES:
         return "False", "TaskFinished", f"Task {task_name!r} has finished"
-    if any(p.call_id == call_id for p in pending_of(task)):
+    waiting = next((p for p in pending_of(task) if p.call_id == call_id), None)
+    if waiting is not None:
+        if not decisions_for([approval], task, call_id):  # as the run will see it
+            return "False", "UnknownCall", f"not a valid decision on a call of {task_name!r}"
+        if created > waiting.deadline:
+            return "False", "CallSettled", "made after the call's deadline: it timed out"
         return "True", "Pending", "the Task resumes once all its waiting calls are decided"
     return "False", "UnknownCall", f"Task {task_name!r} does not wait for call {call_id!r}"
 
