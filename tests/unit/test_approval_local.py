@@ -90,3 +90,24 @@ async def test_the_prompt_shows_the_arguments_and_takes_y_or_n(
     assert outcome.phase == phase
     (question,) = asked
     assert "deploy" in question and DEPLOY["env"] in question and "[y/N]" in question
+
+
+@pytest.mark.parametrize("decide", ["--approve-all", "--reject-all", None])
+@pytest.mark.parametrize("output", ["yaml", "json"])
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_arguments_of_a_gated_call_never_reach_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], decide: str | None, output: str, quiet: bool
+) -> None:
+    # Only the terminal prompt shows them (documented); not the flags, the no-terminal note,
+    # the live progress (stderr) or the final Task document (stdout).
+    args = ["run", "-o", output, "-f", str(manifests(tmp_path))]
+    args += ["-q"] if quiet else []
+    args += [decide] if decide else []
+    code = main(args)
+    out, err = capsys.readouterr()
+    doc = yaml.safe_load(out)  # JSON is YAML
+    assert code == (0 if decide == "--approve-all" else 1)
+    assert doc["status"]["toolCalls"][0]["callId"]
+    for shown in (out, err):
+        assert DEPLOY["env"] not in shown
+        assert "prod-canary" not in shown
