@@ -35,6 +35,15 @@ Fixtures
     fail/skip rule when the binaries are missing), for tests that need their own cluster;
     use it as a context manager. Starting one takes a few seconds.
 
+``operator_factory`` (function)
+    ``operator_factory(*args, **kwargs)`` starts an ``ordo operator`` for ``namespace`` (logs in
+    ``tmp_path``) with extra command-line ``args`` and the keyword arguments of
+    :class:`tests.support.operator.OperatorProcess` (``kubeconfig=``, ``env=``), and stops it
+    after the test. Call it once per test.
+
+``operator`` (function)
+    ``operator_factory()``: an operator with the default flags.
+
 Further ControlPlane helpers: ``service_account_kubeconfig(namespace, name)`` writes a
 kubeconfig that authenticates as that ServiceAccount with a TokenRequest token (RBAC applies;
 pass it as ``kubectl(..., kubeconfig=path)`` or in ``env()["KUBECONFIG"]``), and ``pids``.
@@ -53,6 +62,7 @@ from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
+from tests.support.operator import OperatorProcess
 
 from ordo_devcluster import BinariesNotFoundError, ControlPlane
 
@@ -102,3 +112,25 @@ def kubectl(control_plane: ControlPlane) -> Callable[..., CompletedProcess[str]]
 @pytest.fixture
 def control_plane_factory() -> Callable[..., ControlPlane]:
     return _new_control_plane
+
+
+@pytest.fixture
+def operator_factory(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., OperatorProcess]]:
+    started: list[OperatorProcess] = []
+
+    def start(*args: str, **kwargs: Any) -> OperatorProcess:
+        if started:
+            raise RuntimeError("operator_factory starts one operator per test")
+        started.append(OperatorProcess(control_plane, namespace, tmp_path, *args, **kwargs))
+        return started[0].start()
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+@pytest.fixture
+def operator(operator_factory: Callable[..., OperatorProcess]) -> OperatorProcess:
+    return operator_factory()

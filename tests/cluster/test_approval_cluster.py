@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +101,8 @@ def ordo(cp: ControlPlane, kubeconfig: Path, *args: str) -> subprocess.Completed
 
 
 @pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path, "--max-concurrent-tasks", "1").start()
-    yield op
-    op.stop()
+def operator(operator_factory: Callable[..., OperatorProcess]) -> OperatorProcess:
+    return operator_factory("--max-concurrent-tasks", "1")
 
 
 def assert_no_canary(cp: ControlPlane, ns: str, name: str, op: OperatorProcess) -> None:

@@ -10,11 +10,8 @@ or status message."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from tests.support.counting_tool import CountingTool
 from tests.support.guard_check_server import REASON, REDACTED, SECRET, GuardCheckServer
 from tests.support.openai_server import OpenAIServer
@@ -23,6 +20,7 @@ from tests.support.operator import (
     apply,
     events,
     get_json,
+    ready_condition,
     wait_for,
     wait_task,
 )
@@ -45,15 +43,6 @@ def pattern(name: str, points: list[str], action: str, patterns: list[str]) -> s
         name,
         {"type": "pattern", "points": points, "pattern": {"patterns": patterns, "action": action}},
     )
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
 
 
 def model_endpoint(name: str, url: str, model: str = "gpt-test") -> str:
@@ -266,27 +255,23 @@ def test_a_required_guardrail_the_agent_does_not_list_costs_zero_model_requests(
         assert model.count == 0
 
 
-def ready(cp: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
-    body = get_json(cp, "guardrail", name, "-n", ns)
-    for condition in (body.get("status") or {}).get("conditions") or []:
-        if condition["type"] == "Ready":
-            return dict(condition)
-    return None
-
-
 def test_guardrail_ready_condition_follows_its_pattern(
     control_plane: ControlPlane, namespace: str, operator: OperatorProcess
 ) -> None:
     cp, ns = control_plane, namespace
     # A backreference: RE2 cannot run it (the CRD cannot tell; the operator can).
     apply(cp, ns, pattern("broken", ["input"], "deny", ["ok", r"(a)\1"]))
-    condition = wait_for(lambda: ready(cp, ns, "broken"), 60, what="a Ready condition")
+    condition = wait_for(
+        lambda: ready_condition(cp, ns, "guardrail", "broken"), 60, what="a Ready condition"
+    )
     assert (condition["status"], condition["reason"]) == ("False", "InvalidSpec"), condition
     assert "patterns[1]" in condition["message"] and r"(a)\1" not in condition["message"]
 
     apply(cp, ns, pattern("broken", ["input"], "deny", ["ok", r"(a)a"]))
     condition = wait_for(
-        lambda: (c := ready(cp, ns, "broken")) and c["status"] == "True" and c,
+        lambda: (
+            (c := ready_condition(cp, ns, "guardrail", "broken")) and c["status"] == "True" and c
+        ),
         60,
         what="Ready=True after the fix",
     )
@@ -301,5 +286,7 @@ def test_guardrail_ready_condition_follows_its_pattern(
             {"type": "http", "points": ["input"], "http": {"url": "http://169.254.169.254/check"}},
         ),
     )
-    condition = wait_for(lambda: ready(cp, ns, "metadata-check"), 60, what="a Ready condition")
+    condition = wait_for(
+        lambda: ready_condition(cp, ns, "guardrail", "metadata-check"), 60, what="a Ready condition"
+    )
     assert (condition["status"], condition["reason"]) == ("False", "DestinationRefused")

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,15 +63,6 @@ spec:
   roles: [researcher]
   limits: {maxSteps: 1, timeout: 60s}
 """
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
 
 
 def env(cp: ControlPlane) -> dict[str, str]:

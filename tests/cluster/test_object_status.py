@@ -9,7 +9,7 @@ import base64
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,11 @@ def operator_role(namespace: str) -> str:
 
 @pytest.fixture
 def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+    control_plane: ControlPlane, namespace: str, operator_factory: Callable[..., OperatorProcess]
+) -> OperatorProcess:
     apply(control_plane, namespace, operator_role(namespace))
     kubeconfig = control_plane.service_account_kubeconfig(namespace, "ordo")
-    op = OperatorProcess(
-        control_plane, namespace, tmp_path, "--max-concurrent-tasks", "1", kubeconfig=kubeconfig
-    ).start()
-    yield op
-    op.stop()
+    return operator_factory("--max-concurrent-tasks", "1", kubeconfig=kubeconfig)
 
 
 class TcpListener:

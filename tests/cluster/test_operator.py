@@ -7,7 +7,6 @@ test_operator_wire.py; these cover the Task lifecycle itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tests.support.operator import (
     apply,
     events,
     get_json,
+    ready_condition,
     tasks,
     wait_for,
     wait_task,
@@ -66,15 +66,6 @@ spec:
   agentRef: {agent}
   input: do the thing
 """
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
 
 
 def setup_agent(
@@ -134,7 +125,9 @@ def test_quickstart_succeeds_with_events_and_cleanup(
     )
     # Referring objects are Ready.
     agent = wait_for(
-        lambda: _ready(control_plane, namespace, "agent", "research-agent"), 30, what="Agent Ready"
+        lambda: ready_condition(control_plane, namespace, "agent", "research-agent"),
+        30,
+        what="Agent Ready",
     )
     assert agent["status"] == "True"
     metrics = operator.metrics()
@@ -143,14 +136,6 @@ def test_quickstart_succeeds_with_events_and_cleanup(
         in metrics
     )
     assert "ordo_tool_calls_total" in metrics and "ordo_model_requests_total" in metrics
-
-
-def _ready(cp: ControlPlane, ns: str, kind: str, name: str) -> dict[str, str] | None:
-    body = get_json(cp, kind, name, "-n", ns)
-    for cond in (body.get("status") or {}).get("conditions") or []:
-        if cond["type"] == "Ready":
-            return dict(cond)
-    return None
 
 
 def test_governance_example_is_denied(
@@ -230,7 +215,7 @@ def test_missing_reference(
     if missing != "agent":
         cond = wait_for(
             lambda: (
-                (c := _ready(control_plane, namespace, "agent", "agent"))
+                (c := ready_condition(control_plane, namespace, "agent", "agent"))
                 and c["status"] == "False"
                 and c
             ),

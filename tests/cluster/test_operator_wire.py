@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.support.operator import (
     apply,
     events,
     get_json,
+    ready_condition,
     tasks,
     wait_for,
     wait_task,
@@ -102,15 +102,6 @@ def task(name: str, text: str = "order one widget") -> str:
             "spec": {"agentRef": "agent", "input": text},
         }
     )
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
 
 
 @pytest.mark.parametrize(
@@ -424,11 +415,7 @@ def test_mcp_tool_ready_and_called(
         )
 
     def ready(name: str) -> dict[str, Any] | None:
-        body = get_json(control_plane, "tool", name, "-n", namespace)
-        return next(
-            (c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
-            None,
-        )
+        return ready_condition(control_plane, namespace, "tool", name)
 
     with (
         McpTestServer() as server,

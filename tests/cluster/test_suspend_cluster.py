@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 from tests.support.counting_tool import CountingTool
 from tests.support.openai_server import OpenAIServer
@@ -72,15 +69,6 @@ def suspended_by(cp: ControlPlane, ns: str) -> str | None:
     agent = get_json(cp, "agent", "agent", "-n", ns)
     value: str | None = (agent.get("status") or {}).get("suspendedBy")
     return value
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
 
 
 def test_a_tool_outside_the_allowlist_fails_the_task_with_zero_model_requests(

@@ -8,7 +8,7 @@ input, tool arguments, tool result, answer) appears anywhere in the trace."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,16 +91,9 @@ def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
 
 
 @pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path, jaeger: Jaeger
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(
-        control_plane, namespace, tmp_path, env=jaeger.otel_env("ordo-operator-test")
-    ).start()
-    try:
-        yield op
-    finally:
-        op.stop()
+def operator(jaeger: Jaeger, operator_factory: Callable[..., OperatorProcess]) -> OperatorProcess:
+    # jaeger first: it outlives the operator, as the operator's last spans go to it
+    return operator_factory(env=jaeger.otel_env("ordo-operator-test"))
 
 
 def test_operator_exports_the_task_trace_to_jaeger(

@@ -7,7 +7,7 @@ after a side effect but before the flush (the call is never repeated; the Task e
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from tests.support.operator import (
     effect_tasks,
     events,
     get_json,
+    ready_condition,
     wait_for,
     wait_task,
 )
@@ -42,13 +43,9 @@ def requests_by_verb(op: OperatorProcess) -> dict[str, float]:
 
 
 @pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def operator(operator_factory: Callable[..., OperatorProcess]) -> OperatorProcess:
     # No periodic readiness resync inside the measured window: its reads are not the Tasks'.
-    op = OperatorProcess(control_plane, namespace, tmp_path, "--resync-seconds", "3600").start()
-    yield op
-    op.stop()
+    return operator_factory("--resync-seconds", "3600")
 
 
 def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
@@ -68,7 +65,14 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
         )
         # The operator reports the Agent's and Tools' readiness (status writes of its own):
         # measure once it has.
-        wait_for(lambda: _ready(control_plane, namespace), 30, what="the Agent Ready")
+        wait_for(
+            lambda: (
+                (c := ready_condition(control_plane, namespace, "agent", "agent"))
+                and c["status"] == "True"
+            ),
+            30,
+            what="the Agent Ready",
+        )
         before = _settled(operator)
         names = [f"w{i}" for i in range(n)]
         apply(control_plane, namespace, effect_tasks(names))
@@ -98,13 +102,6 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
     assert per_task.get("get", 0) == 1, per_task
     reasons = [e["reason"] for e in events(control_plane, namespace, "w0")]
     assert sorted(reasons) == ["Started", "Succeeded"], reasons
-
-
-def _ready(cp: ControlPlane, namespace: str) -> bool:
-    conditions = (get_json(cp, "agent", "agent", "-n", namespace).get("status") or {}).get(
-        "conditions"
-    ) or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _settled(op: OperatorProcess) -> dict[str, float]:

@@ -190,6 +190,15 @@ def get_json(cp: ControlPlane, *args: str) -> Any:
     return json.loads(cp.kubectl("get", *args, "-o", "json").stdout)
 
 
+def ready_condition(cp: ControlPlane, ns: str, kind: str, name: str) -> dict[str, Any] | None:
+    """The object's `Ready` condition as it is now, or None (none yet)."""
+    body = get_json(cp, kind, name, "-n", ns)
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready":
+            return dict(condition)
+    return None
+
+
 def tasks(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = get_json(cp, "tasks", "-n", namespace)["items"]
     return items
