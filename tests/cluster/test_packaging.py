@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.operator import OperatorProcess, apply, events, get_json, wait_for, wait_task
+from tests.support.operator import (
+    OperatorProcess,
+    apply,
+    events,
+    get_json,
+    ready_condition,
+    wait_for,
+    wait_task,
+)
 from tests.support.packaging import (
     CHART,
     GROUP,
@@ -256,17 +264,9 @@ def assert_no_forbidden(op: OperatorProcess) -> None:
     assert not lines, "the operator hit its RBAC limits:\n" + "\n".join(lines[:10])
 
 
-def ready(cp: ControlPlane, ns: str, kind: str, name: str) -> dict[str, Any] | None:
-    body = get_json(cp, kind, name, "-n", ns)
-    for cond in (body.get("status") or {}).get("conditions") or []:
-        if cond["type"] == "Ready":
-            return dict(cond)
-    return None
-
-
 def wait_ready(cp: ControlPlane, ns: str, kind: str, name: str, status: str) -> dict[str, Any]:
     result: dict[str, Any] = wait_for(
-        lambda: (c := ready(cp, ns, kind, name)) and c["status"] == status and c,
+        lambda: (c := ready_condition(cp, ns, kind, name)) and c["status"] == status and c,
         30,
         what=f"{kind}/{name} Ready={status}",
     )
