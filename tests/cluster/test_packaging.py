@@ -54,6 +54,7 @@ from tests.support.packaging import (
     to_yaml,
 )
 
+from ordo.api import KINDS
 from ordo_devcluster import ControlPlane
 
 EXAMPLES = ROOT / "examples"
@@ -123,6 +124,7 @@ ORDO_KINDS = (
     "guardrails",
     "memories",
     "tasks",
+    "toolapprovals",
 )
 
 
@@ -483,7 +485,7 @@ def test_chart_defaults_equal_the_kustomize_base(tmp_path: Path) -> None:
     # The same CRDs.
     crds = {d["metadata"]["name"]: d for d in of_kind(chart, "CustomResourceDefinition")}
     assert crds == {d["metadata"]["name"]: d for d in of_kind(base, "CustomResourceDefinition")}
-    assert len(crds) == 8
+    assert len(crds) == len(KINDS)  # one CRD per kind the API defines
     # The same Deployment, Service and container, labels aside.
     c_dep, b_dep = one(chart, "Deployment"), one(base, "Deployment")
     for key in ("replicas", "strategy"):
@@ -849,7 +851,7 @@ def test_cluster_wide_chart_and_kustomize_base(own_cluster: ControlPlane, tmp_pa
     # kustomize: the base as it is (namespace ordo-system, ClusterRole ordo).
     base = install(cp, kustomize_build(), "ordo-system", tmp_path)
     established = cp.kubectl("get", "crd", "-o", "name").stdout.split()
-    assert len([c for c in established if c.endswith(".ordo.dev")]) == 8
+    assert len([c for c in established if c.endswith(".ordo.dev")]) == len(KINDS)
 
     tenants = [cp.create_namespace(prefix="tenant") for _ in range(2)]
     for identity in (chart, base):
