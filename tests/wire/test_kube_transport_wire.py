@@ -68,12 +68,17 @@ async def answer(writer: asyncio.StreamWriter, status: int, body: bytes) -> None
     await writer.drain()
 
 
+CONDITIONAL = {**TASK, "metadata": {"name": "t1", "resourceVersion": "7"}}
+
+
+@pytest.mark.parametrize("verb", ["create", "replace"])
 @pytest.mark.parametrize("how", ["close", "reset"])
-async def test_lost_after_send_is_not_retried_for_a_create(how: str) -> None:
+async def test_lost_after_send_is_not_retried_for_a_write(how: str, verb: str) -> None:
     """The server reads the whole request, then closes (or resets) instead of answering: the
-    create may have been applied, so it must not be repeated (a retry could create twice or
-    answer 409 for our own object). `httpx-aiohttp` maps this to ConnectTimeout ("never
-    sent"), which KubeClient would retry."""
+    create (or conditional replace) may have been applied, so it must not be repeated (a
+    retry could create twice or answer 409 for our own write). `httpx-aiohttp` maps this to
+    ConnectTimeout ("never sent"), which KubeClient would retry; aiohttp itself silently
+    repeats a PUT once after a disconnect unless told not to."""
     seen: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -87,13 +92,19 @@ async def test_lost_after_send_is_not_retried_for_a_create(how: str) -> None:
         client = KubeClient(info(url), backoff=0.01)
         try:
             with pytest.raises(ApiError) as caught:
-                await client.create("Task", "ns", TASK)
+                if verb == "create":
+                    await client.create("Task", "ns", TASK)
+                else:
+                    await client.replace("Task", "ns", "t1", CONDITIONAL)
         finally:
             await client.close()
     assert (caught.value.status, caught.value.api_reason) == (0, "TransportError")
     assert caught.value.transient
     assert len(seen) == 1
-    assert b"POST /apis/ordo.dev/v1alpha1/namespaces/ns/tasks" in seen[0]
+    line = b"POST /apis/ordo.dev/v1alpha1/namespaces/ns/tasks "
+    if verb == "replace":
+        line = b"PUT /apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1 "
+    assert seen[0].startswith(line)
 
 
 async def test_lost_after_send_is_retried_for_a_read() -> None:

@@ -85,6 +85,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=aiohttp.ClientTimeout(total=None),
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
             )
+            # aiohttp repeats a GET/PUT/DELETE once, silently, after a disconnect or OS
+            # error; a conditional PUT could then be applied twice. KubeClient decides every
+            # retry (no public switch: aiohttp's own test client sets the same attribute).
+            session._retry_connection = False
             self._sessions[watch] = session
         return session
 
