@@ -176,6 +176,16 @@ class Runner:
         if outcome.awaiting and outcome.result is not None:
             await self._await_approval(body, outcome, checkpoints, execution_id)
             return
+        if self.keep_checkpoints and outcome.result is not None:
+            # Kept for debugging and replay: the final state of every Task, also of a run so
+            # fast that coalescing never wrote a checkpoint (coalesce.py).
+            try:
+                await checkpoints.save(outcome.result.state)
+            except Exception as exc:
+                log.warning(
+                    "final checkpoint (--keep-checkpoints) could not be written",
+                    extra={"ordo": {"errorType": type(exc).__name__}},
+                )
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
         if not self.keep_checkpoints and checkpoints.touched:
             try:
