@@ -134,8 +134,18 @@ spec: {agentRef: plain}
     )
     assert agent["spec"]["limits"] == {"maxSteps": 10, "timeout": "5m"}
     header = control_plane.kubectl("get", "tasks", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "AGENT", "PHASE", "REASON", "STEPS", "TOKENS", "MODE", "AGE"]
+    assert header == [
+        "NAME",
+        "AGENT",
+        "PHASE",
+        "REASON",
+        "STEPS",
+        "TOKENS",
+        "MODE",
+        "AWAITING-APPROVAL",  # a waiting Task stays Running: this column tells it apart
+        "AGE",
+    ]
     header = control_plane.kubectl("get", "agents", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "MODEL", "TOOLS", "READY", "AGE"]
+    assert header == ["NAME", "MODEL", "TOOLS", "READY", "SUSPENDED-BY", "AGE"]
     short = control_plane.kubectl("get", "otask,agt", "-n", namespace, "-o", "name").stdout.split()
     assert "task.ordo.dev/t" in short and "agent.ordo.dev/plain" in short
