@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from ordo_devcluster.processes import terminate_group
 
 from .operator import free_port
 from .wire import in_ci
@@ -172,12 +173,7 @@ class Jaeger:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate_group(self.proc, 15)  # SIGTERM, then SIGKILL after 15 s
         self.proc = None
 
     def __enter__(self) -> Jaeger:

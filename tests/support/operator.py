@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ordo_devcluster import ControlPlane
+from ordo_devcluster.processes import terminate_group
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
@@ -101,12 +101,7 @@ class OperatorProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate_group(self.proc, 15)  # SIGTERM, then SIGKILL after 15 s
         self.proc = None
 
     def kill(self) -> None:
