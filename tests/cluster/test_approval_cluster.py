@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 from tests.support.counting_tool import CountingTool
 from tests.support.openai_server import OpenAIServer
-from tests.support.operator import OperatorProcess, apply, events, get_json, wait_for, wait_task
+from tests.support.operator import (
+    OperatorProcess,
+    apply,
+    doc,
+    events,
+    get_json,
+    wait_for,
+    wait_task,
+)
 
 from ordo_devcluster import ControlPlane
 
@@ -44,12 +52,6 @@ metadata: {name: approver}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: approver}
 subjects: [{kind: ServiceAccount, name: approver}]
 """
-
-
-def doc(kind: str, name: str, spec: dict[str, Any]) -> str:
-    return json.dumps(
-        {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
-    )
 
 
 def setup(cp: ControlPlane, ns: str, model_url: str, tool_url: str, timeout: str = "1h") -> None:

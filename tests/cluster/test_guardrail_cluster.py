@@ -18,6 +18,7 @@ from tests.support.openai_server import OpenAIServer
 from tests.support.operator import (
     OperatorProcess,
     apply,
+    doc,
     events,
     get_json,
     ready_condition,
@@ -29,12 +30,6 @@ from ordo_devcluster import ControlPlane
 
 SECRET_PATTERN = r"CANARY-guard-matched-[0-9a-f]+"
 CALL = {"name": "place-order", "id": "call_1"}
-
-
-def doc(kind: str, name: str, spec: dict[str, Any]) -> str:
-    return json.dumps(
-        {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
-    )
 
 
 def pattern(name: str, points: list[str], action: str, patterns: list[str]) -> str:

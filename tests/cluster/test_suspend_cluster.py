@@ -7,14 +7,13 @@ lifting the suspension lets new Tasks run."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from typing import Any
 
 from aiohttp import web
 from tests.support.counting_tool import CountingTool
 from tests.support.openai_server import OpenAIServer
-from tests.support.operator import OperatorProcess, apply, get_json, wait_for, wait_task
+from tests.support.operator import OperatorProcess, apply, doc, get_json, wait_for, wait_task
 
 from ordo_devcluster import ControlPlane
 
@@ -33,12 +32,6 @@ class GatedModel(OpenAIServer):
             self.arrived.set()
             await asyncio.to_thread(self.release.wait, 120)
         return await super()._handle(request)
-
-
-def doc(kind: str, name: str, spec: dict[str, Any]) -> str:
-    return json.dumps(
-        {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
-    )
 
 
 def setup(cp: ControlPlane, ns: str, model_url: str, tool_url: str) -> None:

@@ -185,6 +185,13 @@ def get_json(cp: ControlPlane, *args: str) -> Any:
     return json.loads(cp.kubectl("get", *args, "-o", "json").stdout)
 
 
+def doc(kind: str, name: str, spec: dict[str, Any]) -> str:
+    """An ordo object of `kind` as JSON, for `kubectl apply -f -` in the Task's namespace."""
+    return json.dumps(
+        {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+    )
+
+
 def ready_condition(cp: ControlPlane, ns: str, kind: str, name: str) -> dict[str, Any] | None:
     """The object's `Ready` condition as it is now, or None (none yet)."""
     body = get_json(cp, kind, name, "-n", ns)
