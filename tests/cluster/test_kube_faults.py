@@ -78,6 +78,20 @@ async def new_task(client: KubeClient, namespace: str, name: str = "t1") -> dict
     return await client.create("Task", namespace, body)
 
 
+async def claimed_task(
+    client: KubeClient, namespace: str, execution_id: str = "e1"
+) -> dict[str, Any]:
+    """A Task as a claim leaves it: Running under `execution_id` (the lease comes next)."""
+    await new_task(client, namespace)
+    return await client.patch(
+        "Task",
+        namespace,
+        "t1",
+        {"status": {"phase": "Running", "executionId": execution_id, "step": 0}},
+        status=True,
+    )
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not await check():
@@ -95,28 +109,28 @@ async def test_lease_renewer_survives_transient_faults_and_loses_only_to_another
     api = clients()
     client = clients(faults=True)
     faults: FaultTransport = client.faults  # type: ignore[attr-defined]
-    task = await new_task(api, namespace)
-    lease = ExecutionLease(client, task, "replica-a", duration=6.0)  # renews every 2 s
+    task = await claimed_task(api, namespace)
+    lease = ExecutionLease(client, task, "replica-a", 6.0, "e1")  # renews every 2 s
     period = lease.duration / 3
     assert await lease.acquire()
     lost = asyncio.Event()
     renewer = asyncio.create_task(lease.renew_until_cancelled(lost.set))
 
     async def renew_time() -> str:
-        body = await api.get("Lease", namespace, lease.name)
+        body = await api.get("Task", namespace, "t1")
         assert body is not None
-        assert body["spec"]["holderIdentity"] == "replica-a"
-        return str(body["spec"]["renewTime"])
+        assert body["status"]["lease"]["holder"] == "replica-a"
+        return str(body["status"]["lease"]["renewTime"])
 
     try:
         # Two bursts of failed renewals, of every kind: reset before the API saw it, a 500,
-        # applied but the answer lost (the retry then meets our own write: a 409), a timeout.
+        # applied but the answer lost (the fenced retry passes its tests again), a timeout.
         for burst in (
             [Fault.RESET, Fault.HTTP_500, Fault.LOST],
             [Fault.TIMEOUT, Fault.HTTP_503, Fault.RESET],
         ):
             before = await renew_time()
-            faults.fail(burst, method="PUT", path_contains="/leases/")
+            faults.fail(burst, method="PATCH", path_contains="/tasks/t1/status")
             await eventually(
                 lambda: _true(faults.pending == 0), 4 * period, "the faults were injected"
             )
@@ -140,18 +154,21 @@ async def test_lease_renewer_survives_transient_faults_and_loses_only_to_another
         }
 
         # Another process takes the lease over (as a replica does once it sees it expired).
-        body = await api.get("Lease", namespace, lease.name)
-        assert body is not None
-        body["spec"]["holderIdentity"] = "replica-b"
-        body["spec"]["renewTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        await api.replace("Lease", namespace, lease.name, body)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await api.patch(
+            "Task",
+            namespace,
+            "t1",
+            {"status": {"lease": {"holder": "replica-b", "renewTime": now}}},
+            status=True,
+        )
         await asyncio.wait_for(lost.wait(), timeout=period + 2.0)  # within one renew period
         await asyncio.wait_for(renewer, timeout=2.0)  # and the renewer stopped
         assert not lease.valid()
         with pytest.raises(LeaseLost):
             lease.check()
-        after = await api.get("Lease", namespace, lease.name)
-        assert after is not None and after["spec"]["holderIdentity"] == "replica-b"
+        after = await api.get("Task", namespace, "t1")
+        assert after is not None and after["status"]["lease"]["holder"] == "replica-b"
     finally:
         renewer.cancel()
 
@@ -162,10 +179,10 @@ async def test_lease_is_lost_when_it_expires_without_a_renewal(
     api = clients()
     client = clients(faults=True)
     faults: FaultTransport = client.faults  # type: ignore[attr-defined]
-    task = await new_task(api, namespace)
-    lease = ExecutionLease(client, task, "replica-a", duration=3.0)
+    task = await claimed_task(api, namespace)
+    lease = ExecutionLease(client, task, "replica-a", 3.0, "e1")
     assert await lease.acquire()
-    faults.fail_always(Fault.RESET, path_contains="/leases/")
+    faults.fail_always(Fault.RESET, path_contains="/tasks/t1/status")
     lost = asyncio.Event()
     renewer = asyncio.create_task(lease.renew_until_cancelled(lost.set))
     try:

@@ -53,9 +53,10 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
 ) -> None:
     """Each Task calls the two non-idempotent effect Tools (one per step) and answers: three
     model calls in well under the flush window. Writes per Task: claim (with the execution
-    mode) and terminal status; finalizer add and remove; Lease create and delete; the
-    Started and Succeeded Events; one checkpoint write before each non-idempotent call and
-    the checkpoint's delete (no end-of-step checkpoint, no progress patch)."""
+    mode and the execution lease: no Lease object) and terminal status; finalizer add and
+    remove; the Started and Succeeded Events; one checkpoint write before each
+    non-idempotent call and the checkpoint's delete (no end-of-step checkpoint, no progress
+    patch, no lease renewal or release)."""
     n = 4
     with CountingTool() as tool, effect_model() as model:
         apply(
@@ -84,18 +85,19 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
         assert tool.count == n * len(EFFECT_TOOLS)
         # The counters move a moment after the terminal write (finalizer, checkpoint delete).
         wait_for(
-            lambda: requests_by_verb(operator).get("delete", 0) - before.get("delete", 0) >= 2 * n,
+            lambda: requests_by_verb(operator).get("delete", 0) - before.get("delete", 0) >= n,
             20,
-            what="the checkpoint and Lease deletes",
+            what="the checkpoint deletes",
         )
         after = requests_by_verb(operator)
     per_task = {v: (after.get(v, 0) - before.get(v, 0)) / n for v in after}
     writes = sum(per_task.get(v, 0) for v in WRITE_VERBS)
     assert per_task.get("patch-status", 0) == 2, per_task  # claim + terminal, no progress
-    assert per_task.get("create", 0) == 4, per_task  # Lease, checkpoint, 2 Events
+    assert per_task.get("create", 0) == 3, per_task  # checkpoint, 2 Events
     assert per_task.get("patch", 0) == 2 + len(EFFECT_TOOLS) - 1, per_task  # finalizer, ckpt
-    assert per_task.get("delete", 0) == 2, per_task  # Lease, checkpoint (no read first)
-    assert writes == 9 + len(EFFECT_TOOLS), per_task
+    assert per_task.get("delete", 0) == 1, per_task  # checkpoint (no read first)
+    assert per_task.get("replace", 0) == 0, per_task  # no Lease renewal
+    assert writes == 7 + len(EFFECT_TOOLS), per_task
     # References come from the watch-fed cache and a Pending Task is claimed from its watch
     # event; the endpoint's Secret is read once per Task (the pre-check and the run share it).
     assert per_task.get("list", 0) == 0, per_task

@@ -20,7 +20,7 @@ from ordo.engine.transcript import AssistantMessage, UserMessage
 from ordo.errors import Interrupted, LeaseLost, OrdoError
 from ordo.operator import checkpoint
 from ordo.operator.kube import RETRY_ATTEMPTS, ApiError, Fenced, KubeClient, patch_test_failed
-from ordo.operator.lease import ExecutionLease, remaining, valid_until
+from ordo.operator.lease import ExecutionLease, held_elsewhere, remaining, valid_until
 from ordo.operator.ownership import owner_reference
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -73,32 +73,64 @@ def test_valid_until_subtracts_the_margin_from_the_shorter_duration() -> None:
     assert valid_until(0.0, 2.4, 2, 0.5) == 1.5
 
 
-def test_remaining_counts_from_renew_time_else_acquire_time() -> None:
+def test_remaining_counts_from_renew_time_in_the_task_status() -> None:
     now = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
     def stamp(delta: float) -> str:
         return (now + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-    live = {"spec": {"renewTime": stamp(-10), "leaseDurationSeconds": 30}}
-    assert remaining(live, now, 99) == pytest.approx(20.0)
-    expired = {"spec": {"renewTime": stamp(-31), "leaseDurationSeconds": 30}}
-    assert remaining(expired, now, 99) == 0.0
-    acquired_only = {"spec": {"acquireTime": stamp(-5)}}  # duration from the default
-    assert remaining(acquired_only, now, 15) == pytest.approx(10.0)
-    assert remaining({"spec": {}}, now, 30) == 0.0
-    assert remaining({}, now, 30) == 0.0
+    def task(**lease: Any) -> dict[str, Any]:
+        return {"status": {"lease": lease}}
+
+    live = task(holder="a", renewTime=stamp(-10), durationSeconds=30)
+    assert remaining(live, now) == pytest.approx(20.0)
+    assert held_elsewhere(live, "b", now) == pytest.approx(20.0)
+    assert held_elsewhere(live, "a", now) == 0.0  # our own
+    assert remaining(task(holder="a", renewTime=stamp(-31), durationSeconds=30), now) == 0.0
+    released = task(holder="a", renewTime=stamp(-1), durationSeconds=0)
+    assert held_elsewhere(released, "b", now) == 0.0
+    # Hostile or missing values never read as a live lease.
+    for broken in (
+        task(holder="a", renewTime="yesterday", durationSeconds=30),
+        task(holder="a", renewTime=stamp(-1), durationSeconds="forever"),
+        task(holder="a", durationSeconds=30),
+        {"status": {"lease": "x"}},
+        {"status": {}},
+        {},
+    ):
+        assert held_elsewhere(broken, "b", now) == 0.0
+
+
+TASK_WITH_ID = {**TASK, "metadata": {**TASK["metadata"], "resourceVersion": "7"}}
+
+
+def claimed(execution_id: str = "e1", **lease: Any) -> dict[str, Any]:
+    return {
+        **TASK_WITH_ID,
+        "status": {
+            "phase": "Running",
+            "executionId": execution_id,
+            **({"lease": lease} if lease else {}),
+        },
+    }
 
 
 async def test_the_holder_trusts_its_lease_only_until_its_own_deadline() -> None:
     now = [1000.0]
-    created = httpx.Response(201, json={"metadata": {"resourceVersion": "1"}, "spec": {}})
+    api = Recorder(httpx.Response(200, json=claimed()))
     lease = ExecutionLease(
-        client_for(Recorder(created)), TASK, "me", 30.0, safety_margin=6.0, clock=lambda: now[0]
+        client_for(api), TASK, "me", 30.0, "e1", safety_margin=6.0, clock=lambda: now[0]
     )
     assert not lease.valid()  # nothing acquired yet
     with pytest.raises(LeaseLost):
         lease.check()
     assert await lease.acquire()
+    # A conditional status write of the lease, on the resourceVersion read.
+    sent = json.loads(api.requests[1].content)
+    assert sent["metadata"]["resourceVersion"] == "7"
+    assert sent["status"]["lease"]["holder"] == "me"
+    assert sent["status"]["lease"]["durationSeconds"] == 30
+    assert api.requests[1].url.path.endswith("/status")
     assert lease.valid() and lease.expires_in() == 24.0
     lease.check()
     now[0] += 23.9
@@ -110,10 +142,39 @@ async def test_the_holder_trusts_its_lease_only_until_its_own_deadline() -> None
     assert lost.value.reason == "Interrupted"
 
 
+async def test_a_pod_does_not_take_a_live_lease_or_another_executions_task() -> None:
+    from datetime import UTC as utc
+
+    fresh = datetime.now(utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    held = claimed(holder="operator-1", renewTime=fresh, durationSeconds=30)
+    lease = ExecutionLease(
+        client_for(Recorder(httpx.Response(200, json=held))), TASK, "pod", 30.0, "e1"
+    )
+    assert not await lease.acquire()
+    other = claimed("e2")
+    lease = ExecutionLease(
+        client_for(Recorder(httpx.Response(200, json=other))), TASK, "pod", 30.0, "e1"
+    )
+    assert not await lease.acquire()
+    released = claimed(holder="operator-1", renewTime=fresh, durationSeconds=0)
+    api = Recorder(
+        httpx.Response(200, json=released),
+        status(409, "Conflict"),  # the Task changed since the read: read and try again
+        httpx.Response(200, json=released),
+        httpx.Response(200, json=released),
+    )
+    lease = ExecutionLease(client_for(api), TASK, "pod", 30.0, "e1")
+    assert await lease.acquire()
+    assert [r.method for r in api.requests] == ["GET", "PATCH", "GET", "PATCH"]
+
+
 async def test_the_renewer_calls_lost_when_the_lease_expires_without_a_renewal() -> None:
-    created = httpx.Response(201, json={"metadata": {"resourceVersion": "1"}, "spec": {}})
-    api = Recorder(created, status(503, "ServiceUnavailable"))
-    lease = ExecutionLease(client_for(api), TASK, "me", 0.6)
+    api = Recorder(
+        httpx.Response(200, json=claimed()),
+        httpx.Response(200, json=claimed()),
+        status(503, "ServiceUnavailable"),
+    )
+    lease = ExecutionLease(client_for(api), TASK, "me", 0.6, "e1")
     assert await lease.acquire()
     calls: list[int] = []
     await lease.renew_until_cancelled(lambda: calls.append(1))  # returns once lost
@@ -121,23 +182,42 @@ async def test_the_renewer_calls_lost_when_the_lease_expires_without_a_renewal()
     assert lease.failures >= 2 and lease.renewals == 0
 
 
-async def test_a_conflict_with_our_own_lost_write_is_not_a_takeover() -> None:
-    lease_body = {"metadata": {"resourceVersion": "1"}, "spec": {"holderIdentity": "me"}}
-    ours_later = {"metadata": {"resourceVersion": "2"}, "spec": {"holderIdentity": "me"}}
-    theirs = {"metadata": {"resourceVersion": "3"}, "spec": {"holderIdentity": "other"}}
+async def test_renewals_and_the_release_are_fenced_by_execution_and_holder() -> None:
     api = Recorder(
-        httpx.Response(201, json=lease_body),
-        status(409, "Conflict"),  # our previous renewal was applied, its answer lost
-        httpx.Response(200, json=ours_later),
-        httpx.Response(200, json=ours_later),  # renewed on top of it
-        status(409, "Conflict"),
-        httpx.Response(200, json=theirs),
+        httpx.Response(200, json=claimed()),
+        httpx.Response(200, json=claimed()),  # acquired
+        httpx.Response(200, json=claimed()),  # renewed
+        status(422, "Invalid"),  # a failed test: another execution or holder
+        httpx.Response(200, json=claimed()),
     )
-    lease = ExecutionLease(client_for(api), TASK, "me", 30.0)
+    lease = ExecutionLease(client_for(api), TASK, "me", 30.0, "e1")
     assert await lease.acquire()
     assert await lease.renew() is True
-    assert json.loads(api.requests[3].content)["metadata"]["resourceVersion"] == "2"
+    ops = json.loads(api.requests[2].content)
+    assert ops[:2] == [
+        {"op": "test", "path": "/status/executionId", "value": "e1"},
+        {"op": "test", "path": "/status/lease/holder", "value": "me"},
+    ]
+    assert {op["path"] for op in ops[2:]} == {
+        "/status/lease/renewTime",
+        "/status/lease/durationSeconds",
+    }
+    assert api.requests[2].headers["content-type"] == "application/json-patch+json"
     assert await lease.renew() is False  # now another holder is seen
+    await lease.release()
+    release = json.loads(api.requests[4].content)
+    assert release[:2] == ops[:2]
+    assert release[2:] == [{"op": "add", "path": "/status/lease/durationSeconds", "value": 0}]
+    assert not lease.valid()
+
+
+async def test_a_release_after_the_terminal_write_sends_nothing() -> None:
+    api = Recorder(httpx.Response(200, json=claimed()))
+    lease = ExecutionLease(client_for(api), TASK, "me", 30.0, "e1")
+    assert await lease.acquire()
+    await lease.release(write=False)
+    await lease.release()  # released already: nothing to write
+    assert len(api.requests) == 2 and not lease.valid()
 
 
 # -- the kube client's errors and retries ----------------------------------------------------

@@ -194,6 +194,19 @@ class PendingApprovalStatus(OrdoModel):
 MAX_PENDING_APPROVALS = 64
 
 
+class TaskLease(OrdoModel):
+    """The execution lease of a running Task, kept in its status (no separate Lease object):
+    which process runs it, and until when others must not take it over."""
+
+    holder: Annotated[str, Field(max_length=253)]
+    """The process that holds it: an operator (`<hostname>-<random>`) or a Job pod's name."""
+    renew_time: str
+    """When the holder last renewed it (RFC 3339, microseconds; the holder's clock)."""
+    duration_seconds: Annotated[int, Field(ge=0)]
+    """Another process may take the Task over `durationSeconds` after `renewTime`; 0 means
+    released."""
+
+
 class TaskStatus(OrdoModel):
     """Observed state of a Task (the status contract)."""
 
@@ -246,6 +259,8 @@ class TaskStatus(OrdoModel):
         Annotated[list[PendingApprovalStatus], Field(max_length=MAX_PENDING_APPROVALS)] | None
     ) = None
     """Tool calls waiting for a human decision while condition `AwaitingApproval` is True."""
+    lease: TaskLease | None = None
+    """The execution lease while the Task runs (renewed every third of its duration)."""
     trace_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
     """The OpenTelemetry trace of the run (W3C trace id; the trace of the Task's
     `ordo.dev/traceparent` annotation when it has one); the run's log lines carry it too."""

@@ -1,8 +1,9 @@
 """Claiming a Task for one execution: wait for another holder's lease, refuse a duplicate
-idempotencyKey, add the finalizer, take the execution lease and write the claim. Every write
-is conditional (resourceVersion), so of two racing processes one claims and one backs off; a
-claim whose response was lost (a transport error after the write reached the server) is
-recognised by its executionId instead of being taken for someone else's."""
+idempotencyKey, add the finalizer, and write the claim, which takes the execution lease in
+the same status write (`status.lease`, lease.py). Every write is conditional
+(resourceVersion), so of two racing processes one claims and one backs off; a claim whose
+response was lost (a transport error after the write reached the server) is recognised by
+its executionId instead of being taken for someone else's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..api import TERMINAL_PHASES
 from ..api.agent import ExecutionMode
 from .conditions import now, set_condition
 from .kube import ApiError, KubeClient
-from .lease import ExecutionLease
+from .lease import ExecutionLease, held_elsewhere
 from .metrics import Metrics
 from .writer import FINALIZER
 
@@ -51,8 +52,8 @@ class Claimer:
         if self.metrics is not None:
             self.metrics.claims.labels(outcome).inc()
 
-    def lease(self, body: dict[str, Any]) -> ExecutionLease:
-        return ExecutionLease(self.client, body, self.identity, self.lease_seconds)
+    def lease(self, body: dict[str, Any], execution_id: str) -> ExecutionLease:
+        return ExecutionLease(self.client, body, self.identity, self.lease_seconds, execution_id)
 
     async def wait_for_other_holder(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Task, once no other process holds it: a `Running` Task may be executing
@@ -64,7 +65,7 @@ class Claimer:
             phase = (body.get("status") or {}).get("phase")
             if phase != "Running":
                 return None if phase in TERMINAL_PHASES else body
-            remaining = await self.lease(body).held_elsewhere()
+            remaining = held_elsewhere(body, self.identity)
             if remaining <= 0:
                 return body
             log.info(
@@ -96,13 +97,14 @@ class Claimer:
     async def claim(
         self, body: dict[str, Any], resuming: bool, mode: ExecutionMode | None = None
     ) -> Claim | None:
-        """Add the finalizer, take the execution lease, and write the claim (with
-        `status.executionMode` = `mode`, when given: one status write, not two). None if
+        """Add the finalizer and write the claim, which takes the execution lease (and writes
+        `status.executionMode` = `mode`, when given): one status write. None if
         another process claimed or ended the Task meanwhile, or holds a live lease on it."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         execution_id = uuid.uuid4().hex[:12]
-        lease: ExecutionLease | None = None
+        lease = self.lease(body, execution_id)
+        sent: float | None = None
         for _ in range(CLAIM_ATTEMPTS):
             try:
                 if FINALIZER not in (meta.get("finalizers") or []):
@@ -119,31 +121,22 @@ class Claimer:
                     )
                     meta = body["metadata"]
                 status = body.get("status") or {}
-                if status.get("executionId") == execution_id:
-                    self._outcome("claimed")
-                    return Claim(body, execution_id, lease or self.lease(body), resuming)
                 if status.get("phase") in TERMINAL_PHASES or (
                     status.get("phase") == "Running" and not resuming
                 ):
                     log.info("another process claimed or ended the Task first")
                     self._outcome("lost")
                     return None
-                if lease is None or not lease.valid():
-                    # Held only once acquire() returned True: an acquire that raised (its
-                    # create may or may not have landed) is simply tried again.
-                    candidate = self.lease(body)
-                    if not await candidate.acquire():
-                        log.info("another process holds the Task's execution lease")
-                        self._outcome("held")
-                        return None
-                    lease = candidate
-                body = await self.client.patch(
-                    "Task",
-                    ns,
-                    name,
-                    self._claim_patch(body, execution_id, resuming, mode),
-                    status=True,
-                )
+                if held_elsewhere(body, self.identity) > 0:
+                    log.info("another process holds the Task's execution lease")
+                    self._outcome("held")
+                    return None
+                patch = self._claim_patch(body, execution_id, resuming, mode)
+                patch["status"]["lease"] = lease.fields()
+                # The earliest send of a claim write: one that failed may still have landed.
+                sent = lease.clock() if sent is None else sent
+                body = await self.client.patch("Task", ns, name, patch, status=True)
+                lease.held_since(sent)
                 self._outcome("claimed")
                 return Claim(body, execution_id, lease, resuming)
             except ApiError as exc:
@@ -157,15 +150,15 @@ class Claimer:
                     return None
                 body, meta = fresh, fresh["metadata"]
                 if (fresh.get("status") or {}).get("executionId") == execution_id:
+                    assert sent is not None  # only the claim write sets it
+                    lease.held_since(sent)
                     self._outcome("claimed")
-                    return Claim(fresh, execution_id, lease or self.lease(fresh), resuming)
+                    return Claim(fresh, execution_id, lease, resuming)
                 if (fresh.get("status") or {}).get("phase") in TERMINAL_PHASES:
                     log.info("another process claimed or ended the Task first")
                     self._outcome("lost")
                     return None
         log.warning("could not claim the Task after repeated conflicts or API errors")
-        if lease is not None:
-            await lease.release()
         # Not a verdict on the Task: a transient failure, so the job tries again with backoff
         # (returning None would leave the Task Pending until some other event arrives).
         raise ApiError(0, "ClaimNotSettled", "the claim did not settle; trying again")

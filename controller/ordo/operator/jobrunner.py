@@ -101,7 +101,9 @@ class TaskRun:
         body = await self._current()
         if body is None:
             return EXIT_DONE
-        lease = ExecutionLease(self.client, body, self.holder, self.lease_seconds)
+        lease = ExecutionLease(
+            self.client, body, self.holder, self.lease_seconds, self.execution_id
+        )
         while True:
             remaining = await lease.held_elsewhere()
             if remaining <= 0 and await lease.acquire():

@@ -299,7 +299,11 @@ class JobSupervisor:
         ns = task["metadata"]["namespace"]
         deadline = time.monotonic() + self.stop_timeout_seconds + self.settings.lease_seconds
         lease = ExecutionLease(
-            self.client, dict(task), "ordo-operator-supervisor", self.settings.lease_seconds
+            self.client,
+            dict(task),
+            "ordo-operator-supervisor",
+            self.settings.lease_seconds,
+            str((task.get("status") or {}).get("executionId") or ""),
         )
         while time.monotonic() < deadline:
             pods = await self.client.list("Pod", ns, f"{JOB_NAME_LABEL}={jname}")

@@ -89,8 +89,9 @@ class Runner:
                 current.cancel()
 
         renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
+        ended = False
         try:
-            await self._run(claim, task, cancel, store or self.store)
+            ended = await self._run(claim, task, cancel, store or self.store)
         except asyncio.CancelledError:
             # Our own cancel (lease lost) becomes RunAbandoned; any other cancel propagates.
             if lease_lost and current is not None and current.uncancel() == 0:
@@ -101,11 +102,13 @@ class Runner:
             # A renewal in flight must not land after the conditional delete.
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            await claim.lease.release()
+            # A Task that ended is taken over by nobody: no write to release its lease.
+            await claim.lease.release(write=not ended)
 
     async def _run(
         self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore
-    ) -> None:
+    ) -> bool:
+        """True once the Task's terminal status is written."""
         started = time.monotonic()
         body, execution_id = claim.body, claim.execution_id
         status = body.get("status") or {}
@@ -175,7 +178,7 @@ class Runner:
             raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
         if outcome.awaiting and outcome.result is not None:
             await self._await_approval(body, outcome, checkpoints, execution_id)
-            return
+            return False
         if self.keep_checkpoints and outcome.result is not None:
             # Kept for debugging and replay: the final state of every Task, also of a run so
             # fast that coalescing never wrote a checkpoint (coalesce.py).
@@ -192,6 +195,7 @@ class Runner:
                 await checkpoints.delete()
             except Exception:
                 log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
+        return True
 
     async def _await_approval(
         self,

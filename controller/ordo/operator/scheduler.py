@@ -47,6 +47,7 @@ from .claim import Claimer
 from .jobmode import NO_RUNNER_IMAGE, record_mode, resume_supervision, run_in_job
 from .jobs import JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
+from .lease import held_elsewhere
 from .metrics import Metrics
 from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
 from .runner import RunAbandoned, Runner
@@ -54,6 +55,11 @@ from .store import KubeStore
 from .taskstore import SecretsReadOnce
 from .writer import FINALIZER, TaskWriter
 
+RELEASE_GRACE_SECONDS = 5.0
+"""How long a finished Task may keep ordo's finalizer before a process that did not run it
+removes it (the one that ran it does so right after its terminal write)."""
+LEASE_EXPIRY_SLACK_SECONDS = 0.5
+"""Added to another holder's remaining lease before looking at its Task again."""
 RETRY_FIRST_SECONDS = 2.0
 RETRY_MAX_SECONDS = 30.0
 RETRY_ATTEMPTS = 6
@@ -154,6 +160,9 @@ class TaskScheduler:
         )
         self._capacity = asyncio.Semaphore(self.settings.max_concurrent_tasks)
         self._jobs: dict[str, Job] = {}
+        self._later: dict[str, asyncio.TimerHandle] = {}
+        """Per Task uid: a look at a Task that needs none now (another holder's live lease;
+        a finalizer its runner is about to remove). Every watch event of the Task replaces it."""
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._housekeeping: set[asyncio.Task[None]] = set()
         self._namespaces: set[str] = set()
@@ -171,6 +180,9 @@ class TaskScheduler:
         spec = body.get("spec") or {}
         phase = (body.get("status") or {}).get("phase")
         deleting = bool(meta.get("deletionTimestamp"))
+        later = self._later.pop(uid, None)
+        if later is not None:
+            later.cancel()
         job = self._jobs.get(uid)
         if event_type == "DELETED":
             if job is not None and job.task is not None:
@@ -185,8 +197,19 @@ class TaskScheduler:
             return
         if phase in TERMINAL_PHASES:
             if FINALIZER in (meta.get("finalizers") or []):
-                self._spawn(self.writer.release(meta["namespace"], meta["name"]))
+                # Whoever ran it removes it next; only a Task left with it (its runner
+                # stopped in between) needs this process, so look again after a grace.
+                self._look_later(uid, RELEASE_GRACE_SECONDS, self._release, body)
             return
+        if phase == "Running":
+            # Executing elsewhere under a live lease: no job, no reads, until its events stop
+            # for longer than the lease (each renewal and progress write is an event).
+            remaining = held_elsewhere(body, self.identity)
+            if remaining > 0:
+                self._look_later(
+                    uid, remaining + LEASE_EXPIRY_SLACK_SECONDS, self.observe, body, None
+                )
+                return
         job = Job(awaiting=awaiting_approval(body), body=body)
         if deleting or spec.get("cancel"):
             job.cancel.set()
@@ -195,6 +218,17 @@ class TaskScheduler:
             self._job(uid, meta["namespace"], meta["name"], job, runs_in_job(body)),
             name=f"ordo-task-{uid}",
         )
+
+    def _look_later(self, uid: str, delay: float, callback: Any, *args: Any) -> None:
+        def fire() -> None:
+            self._later.pop(uid, None)
+            callback(*args)
+
+        self._later[uid] = asyncio.get_running_loop().call_later(delay, fire)
+
+    def _release(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        self._spawn(self.writer.release(meta["namespace"], meta["name"], body))
 
     def observe_job(self, body: dict[str, Any]) -> None:
         """React to a watch event of a batch Job ordo created: wake the supervisor of the
@@ -235,6 +269,9 @@ class TaskScheduler:
 
     async def shutdown(self) -> None:
         """Stop every run; `Running` Tasks keep their checkpoints and resume on restart."""
+        for later in self._later.values():
+            later.cancel()
+        self._later.clear()
         tasks = [j.task for j in self._jobs.values() if j.task is not None] + list(
             self._housekeeping
         )
