@@ -1,0 +1,130 @@
+"""What a process does with the watch events of Tasks it does not run (issue 14: a second
+replica must not pay for them): a Task Running under another holder's live lease gets no
+job and no request until the lease could have expired; a finished Task keeps its finalizer
+for its runner to remove, and is released here only if it is still there after a grace."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import kopf
+import pytest
+
+from ordo.operator import scheduler as scheduler_mod
+from ordo.operator.kube import KubeClient
+from ordo.operator.scheduler import TaskScheduler
+from ordo.operator.writer import FINALIZER
+
+
+class Api:
+    """An in-process API that records requests and answers every one 404 (no object)."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+
+def scheduler_for(api: Api) -> TaskScheduler:
+    client = KubeClient(
+        kopf.ConnectionInfo(server="https://kube.invalid"),
+        wrap_transport=lambda _real: httpx.MockTransport(api),
+        backoff=0.001,
+    )
+    return TaskScheduler(client)
+
+
+def stamp(delta: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def task(status: dict[str, Any], finalizers: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "t1",
+            "namespace": "ns",
+            "uid": "u-1",
+            "resourceVersion": "5",
+            "finalizers": finalizers or [],
+        },
+        "spec": {"agentRef": "a", "input": "hi"},
+        "status": status,
+    }
+
+
+def running(holder: str, renewed: float, duration: int = 30) -> dict[str, Any]:
+    return task(
+        {
+            "phase": "Running",
+            "executionId": "e-other",
+            "lease": {"holder": holder, "renewTime": stamp(renewed), "durationSeconds": duration},
+        },
+        [FINALIZER],
+    )
+
+
+async def test_a_task_running_under_another_live_lease_costs_no_job_and_no_request() -> None:
+    api = Api()
+    s = scheduler_for(api)
+    for _ in range(5):  # progress writes and renewals of the other holder
+        s.observe(running("replica-b", -1), "MODIFIED")
+    await asyncio.sleep(0.05)
+    assert s._jobs == {} and api.requests == []
+    assert len(s._later) == 1  # one look-again timer, replaced by each event
+    await s.shutdown()
+    assert s._later == {}
+
+
+async def test_an_expired_or_released_lease_starts_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_mod, "LEASE_EXPIRY_SLACK_SECONDS", 0.0)
+    api = Api()
+    s = scheduler_for(api)
+    s.observe(running("replica-b", -29.9), "MODIFIED")  # expires in 0.1 s, no event after
+    assert s._jobs == {}
+    await asyncio.sleep(0.3)
+    # The look-again started a job, which read the Task (to claim it once the lease is free).
+    assert [r.method for r in api.requests] == ["GET"]
+    await s.shutdown()
+
+    api = Api()
+    s = scheduler_for(api)
+    s.observe(running("replica-b", -1, duration=0), "MODIFIED")  # released
+    assert "u-1" in s._jobs
+    await s.shutdown()
+
+
+async def test_our_own_lease_or_none_starts_a_job() -> None:
+    s = scheduler_for(Api())
+    s.observe(running(s.identity, -1), "MODIFIED")  # ours, but no job here: look at it
+    assert "u-1" in s._jobs
+    await s.shutdown()
+    s = scheduler_for(Api())
+    s.observe(task({"phase": "Running", "executionId": "e-old"}, [FINALIZER]), None)
+    assert "u-1" in s._jobs  # no lease in status (claimed by an older version)
+    await s.shutdown()
+
+
+async def test_a_finished_task_is_released_only_if_its_runner_did_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler_mod, "RELEASE_GRACE_SECONDS", 0.1)
+    api = Api()
+    s = scheduler_for(api)
+    done = task({"phase": "Succeeded", "executionId": "e-other"}, [FINALIZER])
+    s.observe(done, "MODIFIED")
+    # The runner removes the finalizer itself: its event cancels our look.
+    s.observe(task({"phase": "Succeeded", "executionId": "e-other"}), "MODIFIED")
+    await asyncio.sleep(0.3)
+    assert api.requests == []
+    # Left with the finalizer (its runner stopped in between): released after the grace.
+    s.observe(done, "MODIFIED")
+    await asyncio.sleep(0.3)
+    assert [(r.method, r.url.path) for r in api.requests] == [
+        ("PATCH", "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1")
+    ]
+    await s.shutdown()
