@@ -400,7 +400,7 @@ class TaskTrack:
 
 
 class InvariantMonitor:
-    """Polls the Tasks and execution Leases of a namespace straight from the apiserver (as
+    """Polls the Tasks (and their execution leases, `status.lease`) of a namespace straight from the apiserver (as
     admin, never through a fault proxy) from a background thread, and checks afterwards:
 
     * every Task reaches a terminal phase, within `run_bound(track)` seconds of first being
@@ -444,12 +444,6 @@ class InvariantMonitor:
 
     def poll(self) -> None:
         tasks = self._get(f"/apis/ordo.dev/v1alpha1/namespaces/{self.namespace}/tasks")
-        leases = {
-            item["metadata"]["name"]: item
-            for item in self._get(
-                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
-            )
-        }
         now = time.time()
         with self._lock:
             self.polls += 1
@@ -475,18 +469,18 @@ class InvariantMonitor:
                     continue
                 if track.first_running is None:
                     track.first_running = now
-                lease = leases.get(f"ordo-task-{meta['uid']}")
-                spec = (lease or {}).get("spec") or {}
-                renewed = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+                lease = status.get("lease")
+                spec = lease if isinstance(lease, dict) else {}
+                renewed = _parse_time(spec.get("renewTime"))
                 if lease is None or renewed is None:
                     # No lease at all: count from when we first saw it missing, plus the
                     # lease duration (a holder may be between takeover steps).
                     since = now + self.lease_seconds if track.orphan_since is None else None
                     note = "no execution lease"
                 else:
-                    expiry = renewed + float(spec.get("leaseDurationSeconds", 0))
+                    expiry = renewed + float(spec.get("durationSeconds", 0))
                     since = expiry if expiry < now else None
-                    note = f"lease of {spec.get('holderIdentity')} expired"
+                    note = f"lease of {spec.get('holder')} expired or released"
                     if since is None:
                         track.orphan_since = None
                 if since is not None and track.orphan_since is None:

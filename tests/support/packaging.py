@@ -58,8 +58,6 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     | {("", "configmaps", v) for v in ("get", "create", "update", "patch", "delete")}
     # ordo's own Events (core/v1).
     | {("", "events", "create")}
-    # The execution lease of a running Task, ordo-task-<uid> (operator/lease.py).
-    | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "delete")}
     # Execution mode Job (operator/jobs.py): the Job ordo-task-<uid> (created, watched by kopf,
     # read, deleted to stop it) and its pods (read, to map a failure to a Task reason).
     | {("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")}
@@ -68,14 +66,14 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
 
 # What the runner ServiceAccount of a namespace (Job-mode pods, `ordo run-task`) may do there:
 # read the ordo objects a Task references (never watch), write the Task's finalizer and status,
-# its checkpoint, lease and Events. Secrets only by the names in jobs.secretNames, added as
+# its checkpoint and Events (the execution lease is in the Task's status). Secrets only by
+# the names in jobs.secretNames, added as
 # ("", "secrets[name,...]", "get").
 RUNNER_RULES: frozenset[Rule] = frozenset(
     {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list")}
     | {(GROUP, "tasks", "patch"), (GROUP, "tasks/status", "patch")}
     | {("", "configmaps", v) for v in ("get", "create", "update", "patch", "delete")}
     | {("", "events", "create")}
-    | {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "delete")}
 )
 
 

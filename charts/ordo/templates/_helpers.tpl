@@ -142,8 +142,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 - ConfigMaps: the per-Task checkpoint ordo-checkpoint-<task uid> (get, create, update, delete).
   Its name is not known in advance, so resourceNames cannot narrow it.
 - Events: create (core/v1), ordo's own sanitised Events.
-- Leases: the execution lease ordo-task-<task uid> of each running Task (get, create, update,
-  delete), so that only one process executes a Task (coordination.k8s.io).
+- No Leases: the execution lease of a running Task is in its status (status.lease).
 - Jobs (batch): the Job ordo-task-<task uid> of a Job-mode Task (create; get and a watch to
   supervise it; delete to stop it). Pods: get, list, to map a failed pod to a Task reason
   (OOMKilled, image not present). ConfigMaps also need patch: each checkpoint after the first
@@ -169,9 +168,6 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, create, update, delete]
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
@@ -183,7 +179,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 {{/*
 The rules of the runner ServiceAccount that Job-mode pods (`ordo run-task`) use, in one
 namespace: read the ordo objects a Task references (get, list; never watch), write that
-Task's status and finalizer, its checkpoint ConfigMap, execution Lease and Events, and get
+Task's status (and lease) and finalizer, its checkpoint ConfigMap and Events, and get
 only the Secrets named in jobs.secretNames. Nothing in any other namespace, no Secret list.
 */}}
 {{- define "ordo.runnerRules" -}}
@@ -202,9 +198,6 @@ only the Secrets named in jobs.secretNames. Nothing in any other namespace, no S
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, create, update, delete]
 {{- with .Values.jobs.secretNames }}
 - apiGroups: [""]
   resources: [secrets]

@@ -34,8 +34,6 @@ from typing import Any
 from ..errors import LeaseLost
 from .kube import ApiError, JsonPatch, KubeClient, patch_test_failed
 
-PREFIX = "ordo-task-"
-"""Name prefix of what a Task owns (its checkpoint ConfigMap, its Job)."""
 SAFETY_FRACTION = 0.2
 """Default safety margin, as a fraction of the lease duration."""
 RETRY_DELAY = 0.2

@@ -11,7 +11,7 @@ The deletion is a DELETE of the Task as last read, conditional on its resourceVe
 Task re-created under the same name, or changed since it was read, is never deleted on a
 stale decision: it is read and judged again), with `propagationPolicy: Background`. The API
 server honours finalizers: a Task that still carries one stays, marked for deletion, until
-its owner removes it. What the Task owns (checkpoint ConfigMap, execution Lease, Job-mode
+its owner removes it. What the Task owns (checkpoint ConfigMap, Job-mode
 Job) is garbage-collected through its ownerReferences on a real cluster; once the Task is
 gone the operator also deletes those it knows, each only if it is still owned by that Task's
 uid, so they do not outlive it where no garbage collector runs.
@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import TERMINAL_PHASES
-from . import checkpoint, jobs, lease
+from . import checkpoint, jobs
 from .kube import ApiError, KubeClient
 from .metrics import Metrics
 
@@ -301,7 +301,6 @@ class Retention:
         task = {"metadata": {"uid": uid}}
         owned = (
             ("ConfigMap", checkpoint.name_for(task), None),
-            ("Lease", f"{lease.PREFIX}{uid}", None),
             ("Job", jobs.job_name(task), "Background"),
         )
         for kind, name, propagation in owned:
