@@ -128,3 +128,46 @@ async def test_a_finished_task_is_released_only_if_its_runner_did_not(
         ("PATCH", "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1")
     ]
     await s.shutdown()
+
+
+class ConflictingApi(Api):
+    """Refuses every write with 409 Conflict (another process wrote first); reads 404."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.method == "PATCH":
+            return httpx.Response(
+                409, json={"kind": "Status", "code": 409, "reason": "Conflict", "message": "m"}
+            )
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+
+async def test_the_loser_of_a_reservation_stops_after_one_refused_write() -> None:
+    """Two processes see a new Task: the one whose finalizer write lands goes on; the other
+    learns from the Task's next watch event (no read) that it lost, and starts nothing else."""
+    api = ConflictingApi()
+    s = scheduler_for(api)
+    new = task({})
+    s.observe(new, "ADDED")
+    await asyncio.sleep(0.05)  # the job tried to reserve: refused
+    assert [r.method for r in api.requests] == ["PATCH"]
+    s.observe(task({}, [FINALIZER]), "MODIFIED")  # the winner's finalizer write
+    await asyncio.sleep(0.1)
+    assert s._jobs == {} and [r.method for r in api.requests] == ["PATCH"]
+    assert s.metrics.claims.labels("lost")._value.get() == 1
+    # From now on the Task is the other process's: its events start nothing here.
+    s.observe(task({"phase": "Pending"}, [FINALIZER]), "MODIFIED")
+    await asyncio.sleep(0.05)
+    assert s._jobs == {} and len(s._later) == 1 and len(api.requests) == 1
+    await s.shutdown()
+
+
+async def test_a_reservation_whose_events_stop_is_taken_over() -> None:
+    api = Api()
+    s = scheduler_for(api)
+    s.settings.lease_seconds = 0.1
+    s.observe(task({"phase": "Pending"}, [FINALIZER]), None)  # e.g. the sweep after a crash
+    assert s._jobs == {}
+    await asyncio.sleep(0.3)
+    assert api.requests  # a job looked at it (and found it gone: the API answers 404)
+    await s.shutdown()

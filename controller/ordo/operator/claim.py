@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,55 @@ class Claimer:
                 extra={"ordo": {"seconds": round(remaining, 1)}},
             )
             await asyncio.sleep(remaining + 0.2)
+
+    async def reserve(
+        self,
+        body: dict[str, Any],
+        fresher: Callable[[], Awaitable[dict[str, Any] | None]],
+    ) -> dict[str, Any] | None:
+        """Add ordo's finalizer to a Pending Task before anything else is done for it,
+        conditional on its resourceVersion: of several processes that see a new Task, the one
+        whose write lands goes on, and the others stop after one refused request instead of
+        checking references and racing for the claim. Returns the Task to go on with, or None
+        when another process reserved it first (or it is gone or no longer Pending).
+
+        A reservation is not a claim: a Task that already has the finalizer is taken as it is
+        (the scheduler looks at one reserved elsewhere only once its events stopped for a
+        lease period), and the claim write still decides who runs it. `fresher` returns the
+        Task as it is now (its next watch event, or a read)."""
+        for _ in range(CLAIM_ATTEMPTS):
+            meta = body["metadata"]
+            if FINALIZER in (meta.get("finalizers") or []):
+                return body
+            try:
+                return await self.client.patch(
+                    "Task",
+                    meta["namespace"],
+                    meta["name"],
+                    {
+                        "metadata": {
+                            "resourceVersion": meta["resourceVersion"],
+                            "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                        }
+                    },
+                )
+            except ApiError as exc:
+                if exc.not_found:
+                    return None
+                if not (exc.conflict or exc.transient):
+                    raise
+            fresh = await fresher()
+            if fresh is None:
+                return None
+            phase = (fresh.get("status") or {}).get("phase")
+            if phase not in (None, "Pending") or FINALIZER in (
+                fresh["metadata"].get("finalizers") or []
+            ):
+                log.info("another process reserved, claimed or ended the Task first")
+                self._outcome("lost")
+                return None
+            body = fresh
+        raise ApiError(0, "ClaimNotSettled", "the reservation did not settle; trying again")
 
     async def duplicate_of(self, body: dict[str, Any]) -> str | None:
         """The name of an earlier Task with the same idempotencyKey, if any. A Task that was

@@ -58,6 +58,12 @@ from .writer import FINALIZER, TaskWriter
 RELEASE_GRACE_SECONDS = 5.0
 """How long a finished Task may keep ordo's finalizer before a process that did not run it
 removes it (the one that ran it does so right after its terminal write)."""
+RESERVE_DELAY_WHEN_FULL_SECONDS = 0.2
+"""A process with no free slot waits this long before it reserves a new Task, so that a
+replica with free slots (which reserves at once) wins it."""
+FRESH_BODY_WAIT_SECONDS = 1.0
+"""After a refused conditional write, how long to wait for the Task's next watch event
+before reading it instead."""
 LEASE_EXPIRY_SLACK_SECONDS = 0.5
 """Added to another holder's remaining lease before looking at its Task again."""
 RETRY_FIRST_SECONDS = 2.0
@@ -210,8 +216,23 @@ class TaskScheduler:
                     uid, remaining + LEASE_EXPIRY_SLACK_SECONDS, self.observe, body, None
                 )
                 return
+        elif (
+            FINALIZER in (meta.get("finalizers") or []) and not deleting and not spec.get("cancel")
+        ):
+            # Pending and reserved by another process (Claimer.reserve), which has it queued
+            # or is claiming it: look at it only if its events stop for a lease period.
+            self._look_later(uid, self.settings.lease_seconds, self._start, body)
+            return
+        self._start(body)
+
+    def _start(self, body: dict[str, Any]) -> None:
+        """Start the job of a Task that has none in this process."""
+        meta, spec = body["metadata"], body.get("spec") or {}
+        uid = meta["uid"]
+        if uid in self._jobs:
+            return
         job = Job(awaiting=awaiting_approval(body), body=body)
-        if deleting or spec.get("cancel"):
+        if meta.get("deletionTimestamp") or spec.get("cancel"):
             job.cancel.set()
         self._jobs[uid] = job
         job.task = asyncio.create_task(
@@ -385,6 +406,13 @@ class TaskScheduler:
                 )
             if body is None:
                 return
+            if not in_job and (body.get("status") or {}).get("phase") in (None, "Pending"):
+                if self._capacity.locked() and not job.cancel.is_set():
+                    await asyncio.sleep(RESERVE_DELAY_WHEN_FULL_SECONDS)
+                    body = job.take_pending() or body
+                body = await self.claimer.reserve(body, lambda: self._fresh(job, namespace, name))
+                if body is None:
+                    return
             must_wait = self._capacity.locked()
             if must_wait and not job.cancel.is_set():
                 await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
@@ -409,6 +437,16 @@ class TaskScheduler:
         finally:
             if waiting:
                 self.metrics.pending.dec()
+
+    async def _fresh(self, job: Job, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Task as it is now, after a refused write: its next watch event (the write that
+        beat ours is usually on its way), else a read."""
+        job.wake.clear()
+        if job.body is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.wake.wait(), FRESH_BODY_WAIT_SECONDS)
+        body, job.body = job.body, None
+        return body if body is not None else await self.client.get("Task", namespace, name)
 
     async def _wait_synced(self, namespace: str, job: Job) -> None:
         """Until the caches of `namespace` are synced the Task waits Pending, unclaimed (a
