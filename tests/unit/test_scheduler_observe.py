@@ -171,3 +171,14 @@ async def test_a_reservation_whose_events_stop_is_taken_over() -> None:
     await asyncio.sleep(0.3)
     assert api.requests  # a job looked at it (and found it gone: the API answers 404)
     await s.shutdown()
+
+
+async def test_a_task_running_in_a_job_is_supervised_even_under_its_pods_lease() -> None:
+    """After an operator restart the Job of a running Job-mode Task needs a supervisor at
+    once (pod failures, cancel, deadline), though its pod holds a live lease."""
+    s = scheduler_for(Api())
+    body = running("ordo-task-u-1-abcde", -1)
+    body["status"]["executionMode"] = "Job"
+    s.observe(body, None)
+    assert "u-1" in s._jobs and s._later == {}
+    await s.shutdown()

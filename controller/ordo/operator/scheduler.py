@@ -209,8 +209,10 @@ class TaskScheduler:
             return
         if phase == "Running":
             # Executing elsewhere under a live lease: no job, no reads, until its events stop
-            # for longer than the lease (each renewal and progress write is an event).
-            remaining = held_elsewhere(body, self.identity)
+            # for longer than the lease (each renewal and progress write is an event). Not
+            # for a Task running in a Job: its pod holds the lease, and an operator that
+            # restarted must supervise the Job (failures, cancel, deadline) at once.
+            remaining = 0.0 if runs_in_job(body) else held_elsewhere(body, self.identity)
             if remaining > 0:
                 self._look_later(
                     uid, remaining + LEASE_EXPIRY_SLACK_SECONDS, self.observe, body, None
