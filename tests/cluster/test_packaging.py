@@ -816,7 +816,7 @@ def test_namespaced_install_runs_tasks_with_only_its_service_account(
         assert not events(cp, namespaced.unwatched)
 
         metrics = op.metrics()
-        assert 'ordo_kube_api_requests_total{verb="delete"}' in metrics
+        assert 'ordo_kube_api_requests_total{verb="patch-status"}' in metrics
         assert f'namespace="{second}",phase="Succeeded"' in metrics
     finally:
         op.stop()

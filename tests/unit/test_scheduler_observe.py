@@ -182,3 +182,34 @@ async def test_a_task_running_in_a_job_is_supervised_even_under_its_pods_lease()
     s.observe(body, None)
     assert "u-1" in s._jobs and s._later == {}
     await s.shutdown()
+
+
+class FailingPatchApi(Api):
+    """Answers a PATCH 500 (the write may or may not have landed); reads 404."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.method == "PATCH":
+            return httpx.Response(
+                500, json={"kind": "Status", "code": 500, "reason": "InternalError"}
+            )
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+
+async def test_a_reservation_whose_answer_was_lost_is_looked_at_again() -> None:
+    """Our finalizer write failed but landed (its answer lost): the Task shows a finalizer
+    nobody here holds. The job stops, and the Task is looked at again once its events stop
+    for a lease period: it is never left Pending for good (found by test_faults)."""
+    api = FailingPatchApi()
+    s = scheduler_for(api)
+    s.settings.lease_seconds = 0.2
+    s.observe(task({}), "ADDED")
+    await asyncio.sleep(0.05)
+    s.observe(task({}, [FINALIZER]), "MODIFIED")  # our own write, its answer lost
+    await asyncio.sleep(0.05)
+    assert s._jobs == {} and len(s._later) == 1
+    assert not any(r.url.path.endswith("/status") for r in api.requests)
+    await asyncio.sleep(0.5)
+    # Looked at again: a job went on with the reserved Task, up to its claim write.
+    assert any(r.url.path.endswith("/status") for r in api.requests)
+    await s.shutdown()

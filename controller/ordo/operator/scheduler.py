@@ -103,6 +103,11 @@ class Job:
     """Set on every watch event of the Task or its batch Job (Job mode: re-check now)."""
     awaiting: bool = False
     """The Task's last event showed `AwaitingApproval=True` (approvals.py gates the job)."""
+    seen: dict[str, Any] | None = None
+    """The Task as the job last looked at it after a refused write (`_fresh`)."""
+    revisit: dict[str, Any] | None = None
+    """Set when another process (or a write of ours whose answer was lost) reserved the
+    Task: once the job ends, look at the Task again if its events stop for a lease period."""
     body: dict[str, Any] | None = None
     """The Task as its latest watch event showed it, not yet used. A Pending Task is claimed
     from it instead of a GET: the claim's writes are fenced by its resourceVersion, so a stale
@@ -368,6 +373,8 @@ class TaskScheduler:
                     return
         finally:
             self._jobs.pop(uid, None)
+            if job.revisit is not None and uid not in self._later:
+                self._look_later(uid, self.settings.lease_seconds, self._start, job.revisit)
 
     async def _give_up(self, namespace: str, name: str, exc: Exception) -> None:
         """End the Task `Failed/InternalError` after a failure the job cannot retry. A
@@ -412,9 +419,13 @@ class TaskScheduler:
                 if self._capacity.locked() and not job.cancel.is_set():
                     await asyncio.sleep(RESERVE_DELAY_WHEN_FULL_SECONDS)
                     body = job.take_pending() or body
-                body = await self.claimer.reserve(body, lambda: self._fresh(job, namespace, name))
-                if body is None:
+                reserved = await self.claimer.reserve(
+                    body, lambda: self._fresh(job, namespace, name)
+                )
+                if reserved is None:
+                    job.revisit = job.seen
                     return
+                body = reserved
             must_wait = self._capacity.locked()
             if must_wait and not job.cancel.is_set():
                 await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
@@ -448,7 +459,10 @@ class TaskScheduler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(job.wake.wait(), FRESH_BODY_WAIT_SECONDS)
         body, job.body = job.body, None
-        return body if body is not None else await self.client.get("Task", namespace, name)
+        if body is None:
+            body = await self.client.get("Task", namespace, name)
+        job.seen = body
+        return body
 
     async def _wait_synced(self, namespace: str, job: Job) -> None:
         """Until the caches of `namespace` are synced the Task waits Pending, unclaimed (a
