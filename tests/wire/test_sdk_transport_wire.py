@@ -11,6 +11,7 @@ ordo gives them (`sdk_http.POOL`).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -211,14 +212,15 @@ async def test_a_cut_connection_is_retried_then_model_unavailable(provider: str)
 
 async def test_the_proxy_of_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """HTTP_PROXY as httpx2 would honour it (a custom transport gets none from httpx2): the
-    request goes to the proxy in absolute form; NO_PROXY hosts go direct."""
+    request goes to the proxy in absolute form, with the proxy URL's credentials; NO_PROXY
+    hosts go direct."""
 
     async def ok(writer: asyncio.StreamWriter) -> None:
         writer.write(answer(200, COMPLETION))
         await writer.drain()
 
     async with RawServer(ok).running() as proxy, RawServer(ok).running() as direct:
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("HTTP_PROXY", f"http://proxy-user:p%40ss@127.0.0.1:{proxy.port}")
         monkeypatch.setenv("NO_PROXY", "direct.invalid")
         monkeypatch.delenv("http_proxy", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
@@ -228,6 +230,8 @@ async def test_the_proxy_of_the_environment_is_used(monkeypatch: pytest.MonkeyPa
         assert proxy.heads[0].startswith(
             "POST http://models.invalid:8000/v1/chat/completions HTTP/1.1"
         )
+        credentials = base64.b64encode(b"proxy-user:p@ss").decode()
+        assert f"proxy-authorization: basic {credentials}".lower() in proxy.heads[0].lower()
         await via_proxy.close()  # type: ignore[attr-defined]
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         bypass = build_model_client(endpoint("openai", f"http://127.0.0.1:{direct.port}/v1"), "k")

@@ -22,23 +22,23 @@ transport only moves bytes.
   follow redirects (the SDKs' httpx2 client is made with `follow_redirects=False` too).
 - **Timeouts** come from the request (`extensions["timeout"]`, set by the SDK from its
   `timeout`): connect, per-read and pool, as httpx2 means them.
-- **Proxies** from `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY`, read when the transport is made
-  (the standard library's rules, as aiohttp applies them; an `https://` proxy URL is not
-  supported by aiohttp and is ignored with a warning). A custom transport gets none from
-  httpx2, and aiohttp's own `trust_env` would look them up in a thread per request and add
-  `~/.netrc` credentials to requests.
+- **Proxies** from `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` (the standard library's
+  `getproxies`/`proxy_bypass`), read when the transport is made; credentials in the proxy URL
+  are sent to the proxy only. A custom transport gets none from httpx2, and aiohttp's own
+  `trust_env` would look them up in a thread per request and add `~/.netrc` credentials to
+  requests.
 """
 
 from __future__ import annotations
 
 import ssl
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import aiohttp
 import httpx2
-from aiohttp.helpers import ProxyInfo, proxies_from_env
 
 from .errors import EncodedResponse, ResponseTooLarge
 
@@ -90,14 +90,27 @@ class _EnvProxies:
     """The environment's proxies, read once; `for_url` answers per request without I/O."""
 
     def __init__(self) -> None:
-        self._by_scheme = proxies_from_env()
+        self._by_scheme: dict[str, tuple[str, dict[str, str] | None]] = {}
+        for scheme, value in urllib.request.getproxies().items():
+            if scheme in ("http", "https") and value:
+                url = urllib.parse.urlsplit(value if "://" in value else f"http://{value}")
+                headers = None
+                if url.username:
+                    user = urllib.parse.unquote(url.username)
+                    password = urllib.parse.unquote(url.password or "")
+                    headers = {"Proxy-Authorization": aiohttp.encode_basic_auth(user, password)}
+                netloc = url.netloc.rpartition("@")[2]
+                self._by_scheme[scheme] = (
+                    urllib.parse.urlunsplit(url._replace(netloc=netloc)),
+                    headers,
+                )
         self._bypass: dict[str, bool] = {}
 
-    def for_url(self, url: httpx2.URL) -> ProxyInfo | None:
+    def for_url(self, url: httpx2.URL) -> tuple[str, dict[str, str] | None] | None:
         if not self._by_scheme:
             return None
-        info = self._by_scheme.get(url.scheme)
-        if info is None:
+        proxy = self._by_scheme.get(url.scheme)
+        if proxy is None:
             return None
         host = url.host
         bypass = self._bypass.get(host)
@@ -105,7 +118,7 @@ class _EnvProxies:
             bypass = bool(urllib.request.proxy_bypass(host))
             if len(self._bypass) < _MAX_PROXY_HOSTS:
                 self._bypass[host] = bypass
-        return None if bypass else info
+        return None if bypass else proxy
 
 
 class BoundedAiohttpTransport(httpx2.AsyncBaseTransport):
@@ -141,6 +154,10 @@ class BoundedAiohttpTransport(httpx2.AsyncBaseTransport):
             data = await request.aread() or None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         proxy = self._proxies.for_url(request.url)
+        if proxy is not None and proxy[1] and request.url.scheme == "http":
+            # A plain-HTTP request goes to the proxy as is (no CONNECT, where aiohttp sends
+            # `proxy_headers`): the proxy's credentials ride on it.
+            headers.extend(proxy[1].items())
         with _mapped_errors(request):
             async with self._open_session().request(
                 request.method,
@@ -155,8 +172,8 @@ class BoundedAiohttpTransport(httpx2.AsyncBaseTransport):
                     sock_read=timeout.get("read"),
                     connect=timeout.get("pool"),
                 ),
-                proxy=proxy.proxy if proxy else None,
-                proxy_auth=proxy.proxy_auth if proxy else None,
+                proxy=proxy[0] if proxy else None,
+                proxy_headers=proxy[1] if proxy else None,
             ) as response:
                 body = await _read_bounded(response, self._max_body())
                 status, raw_headers = response.status, response.raw_headers
