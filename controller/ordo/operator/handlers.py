@@ -4,8 +4,9 @@ reconciler. All run logic is the engine's; all Task lifecycle logic is the sched
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,10 +183,13 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "tasks")
 async def _task_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
-    if state.scheduler is not None:
-        state.scheduler.observe(_plain(body), event.get("type"))
+    # One copy for both: retention only reads it, synchronously, and keeps nothing of it
+    # (namespace, name, a due time); the scheduler, which keeps it, gets it afterwards.
+    plain = _plain(body)
     if state.retention is not None:
-        state.retention.observe(_plain(body), event.get("type"))
+        state.retention.observe(plain, event.get("type"))
+    if state.scheduler is not None:
+        state.scheduler.observe(plain, event.get("type"))
 
 
 @kopf.on.event(
@@ -236,4 +240,12 @@ for _plural, _kind in READINESS_KINDS.items():
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
-    return copy.deepcopy(dict(body))
+    """A private copy of a watched object (the consumers keep and change theirs), without
+    `metadata.managedFields`: nothing in ordo reads it, and it is most of a Task's bytes. A
+    JSON round trip (the object came as JSON) costs a fifth of `copy.deepcopy`."""
+    out = dict(body)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    plain: dict[str, Any] = json.loads(json.dumps(out))
+    return plain
