@@ -6,7 +6,11 @@ Routes (any method):
     /big?size=N      200 text of N bytes (default 200 KiB); `&char=é` repeats that character
     /status/<code>   that status, with a body that must never reach the model
     /slow?seconds=S  waits, then 200 "slow"
-    /redirect        302 to /echo
+    /redirect        302 to /echo (`?to=URL`: to that URL)
+    /drip?seconds=S  200 headers at once, then one byte every 50 ms for S seconds
+    /endless         200 text, 64 KiB chunks until the reader leaves (`endless_done` is set then)
+    /set-cookie      200, with a `Set-Cookie` header
+    /then-close      200 "ok" over a keep-alive connection, which the server closes 100 ms later
     /effect          a non-idempotent side effect: counts one execution of the call named by
                      the JSON body's "task" and "call" fields (`effects`, `effects_by_task`);
                      `?delay=S` waits S seconds *after* counting (the effect has happened,
@@ -29,6 +33,7 @@ class HttpToolServer:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.effects: Counter[tuple[str, str]] = Counter()
+        self.endless_done = threading.Event()
         """Executions of `/effect` by (task, call)."""
         self._lock = threading.Lock()
         self._thread = ServerThread("http-tool-server")
@@ -104,8 +109,46 @@ class HttpToolServer:
             await asyncio.sleep(float(request.query.get("seconds", "5")))
             return web.Response(text="slow")
         if path == "/redirect":
-            raise web.HTTPFound("/echo")
+            raise web.HTTPFound(request.query.get("to", "/echo"))
+        if path == "/drip":
+            return await self._drip(request, float(request.query.get("seconds", "3")))
+        if path == "/endless":
+            return await self._endless(request)
+        if path == "/set-cookie":
+            response = web.Response(text="ok")
+            response.set_cookie("session", "TOOL-COOKIE")
+            return response
+        if path == "/then-close":
+            transport = request.transport
+            if transport is not None:
+                asyncio.get_running_loop().call_later(0.1, transport.close)
+            return web.Response(text="ok")
         return web.Response(status=404, text="no such route")
+
+    @staticmethod
+    async def _drip(request: web.Request, seconds: float) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        try:
+            while loop.time() < end:
+                await response.write(b"x")
+                await asyncio.sleep(0.05)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        try:
+            await response.prepare(request)
+            while True:
+                await response.write(b"y" * 65536)
+        except (ConnectionError, RuntimeError):
+            self.endless_done.set()
+        return response
 
     def start(self) -> HttpToolServer:
         async def setup() -> tuple[int, Cleanup]:

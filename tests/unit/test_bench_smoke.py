@@ -105,6 +105,20 @@ def test_quick_loop_and_concurrency(tmp_path: Path) -> None:
     assert ["Faster than both frameworks", "**not measured**", "the peers were skipped"] in targets
 
 
+def test_call_split_measures_every_part_and_tables_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/call_split.py: each part ran its five recorded calls (it raises otherwise) and
+    the table has one finite row per part."""
+    from bench import call_split
+
+    call_split.main(["--runs", "1", "--rounds", "1"])
+    table = _tables(capsys.readouterr().out)
+    assert len(table) == 1
+    _assert_well_formed(table[0])
+    assert len(table[0]) == 1 + 7
+    for row in table[0][1:]:
+        assert _finite(float(row[1]), float(row[2].removesuffix("x")))
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 

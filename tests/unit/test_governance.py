@@ -376,6 +376,7 @@ def test_short_reasons_are_unchanged() -> None:
     assert Decision(False, "x" * REASON_MAX_CHARS).reason == "x" * REASON_MAX_CHARS
     assert Decision(False, "x" * (REASON_MAX_CHARS + 1)).reason.endswith(TRUNCATED_MARKER)
     assert len(Decision(False, "x" * (REASON_MAX_CHARS + 1)).reason) == REASON_MAX_CHARS
+    assert Decision(False, "short\nbut two lines\x1b[0m").reason == "short but two lines [0m"
 
 
 # --------------------------------------------------------------------------------------

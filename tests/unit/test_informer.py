@@ -304,3 +304,74 @@ async def test_a_kind_whose_crd_is_missing_says_how_to_fix_it(
     await within(inf.wait_until(lambda: inf.synced))
     messages = [r.getMessage() for r in caplog.records]
     assert any("toolapprovals.ordo.dev" in m and "CRD" in m for m in messages), messages
+
+
+# -- event feed (taskfeed.py): what kopf's Task event handler delivered --------------------
+
+
+def _names(events: list[tuple[str | None, dict[str, Any]]]) -> list[tuple[str | None, str]]:
+    return [(kind, body["metadata"]["name"]) for kind, body in events]
+
+
+async def test_a_feed_gets_listed_objects_then_watch_events_and_gap_deletions(
+    running: Callable[[Informer], Informer],
+) -> None:
+    source = Source()
+    a, b = obj("Task", "a", 5), obj("Task", "b", 6)
+    a["metadata"]["uid"], b["metadata"]["uid"] = "uid-a", "uid-b"
+    source.lists["Task"] = [([a, b], "7"), ([obj("Task", "c", 30)], "31")]
+    stream: asyncio.Queue[Any] = asyncio.Queue()
+    source.stream("Task").put_nowait(stream)
+    events: list[tuple[str | None, dict[str, Any]]] = []
+    inf = running(
+        informer(source, "Task", on_event=lambda k, body: events.append((k, body)), index=False)
+    )
+    await within(_until(lambda: len(events) == 2))
+    assert _names(events) == [(None, "a"), (None, "b")]  # listed, as kopf reports them
+    assert "managedFields" not in events[0][1]["metadata"]
+    stream.put_nowait({"type": "MODIFIED", "object": obj("Task", "a", 9, cancel=True)})
+    await within(_until(lambda: len(events) == 3))
+    assert events[2][0] == "MODIFIED" and events[2][1]["spec"] == {"cancel": True}
+    # The index keeps no body: the listener's copy is the only one.
+    assert inf.get("ns", "a") == {"metadata": {"name": "a", "namespace": "ns"}}
+    # The watch expires; the relist no longer has a and b (deleted meanwhile): DELETED for
+    # each (with the uid the scheduler and retention key on), then the listed c.
+    stream.put_nowait({"type": "ERROR", "object": {"kind": "Status", "code": 410}})
+    await within(_until(lambda: len(events) == 6))
+    assert _names(events[3:]) == [("DELETED", "a"), ("DELETED", "b"), (None, "c")]
+    assert events[4][1]["metadata"]["uid"] == "uid-b"
+
+
+async def test_a_failing_listener_does_not_stop_the_watch(
+    running: Callable[[Informer], Informer],
+) -> None:
+    source = Source()
+    source.lists["Task"] = [([], "7")]
+    stream: asyncio.Queue[Any] = asyncio.Queue()
+    source.stream("Task").put_nowait(stream)
+    seen: list[str] = []
+
+    def listener(kind: str | None, body: dict[str, Any]) -> None:
+        seen.append(body["metadata"]["name"])
+        if body["metadata"]["name"] == "bad":
+            raise RuntimeError("listener bug")
+
+    inf = running(informer(source, "Task", on_event=listener, index=False))
+    await within(inf.wait_until(lambda: inf.synced))
+    stream.put_nowait({"type": "ADDED", "object": obj("Task", "bad", 8)})
+    stream.put_nowait({"type": "ADDED", "object": obj("Task", "good", 9)})
+    await within(inf.wait_until(lambda: inf.resource_version == "9"))
+    assert seen == ["bad", "good"] and inf.synced and inf.lists == 1
+
+
+async def test_an_indexing_informer_hands_listeners_copies(
+    running: Callable[[Informer], Informer],
+) -> None:
+    source = Source()
+    source.lists["ToolPermission"] = [([obj("ToolPermission", "a", 5)], "7")]
+    events: list[dict[str, Any]] = []
+    inf = running(informer(source, on_event=lambda k, body: events.append(body)))
+    await within(_until(lambda: len(events) == 1))
+    events[0]["spec"]["changed"] = True
+    held = inf.get("ns", "a")
+    assert held is not None and held["spec"] == {}

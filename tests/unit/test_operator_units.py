@@ -109,3 +109,50 @@ def test_an_executor_bug_becomes_an_error_result_not_a_crash() -> None:
     assert (
         errors[0].is_error and "KeyError" in errors[0].content and "CANARY" not in errors[0].content
     )
+
+
+def test_the_model_sdks_and_network_tools_are_imported_before_the_first_task() -> None:
+    # In a fresh interpreter: the operator's preload imports what a Task would otherwise
+    # import on first use, on the event loop (the SDKs are ~0.5 s of CPU).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ordo.operator import main\n"
+        "assert 'openai' not in sys.modules and 'anthropic' not in sys.modules\n"
+        "main.preload()\n"
+        "missing = [m for m in ('openai', 'anthropic', *main.PRELOADED) if m not in sys.modules]\n"
+        "assert not missing, missing\n"
+        "from ordo import tls\n"
+        "assert tls._SSL_CONTEXT is not None\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_watched_object_is_handed_on_as_a_private_copy_without_managed_fields() -> None:
+    import kopf
+
+    from ordo.operator.handlers import _plain
+
+    raw = {
+        "metadata": {
+            "name": "t",
+            "uid": "u",
+            "finalizers": ["ordo.dev/task"],
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"agentRef": "a", "input": "x"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    plain = _plain(kopf.Body(raw))
+    assert "managedFields" not in plain["metadata"]
+    assert {**plain, "metadata": {**plain["metadata"], "managedFields": []}} == {
+        **raw,
+        "metadata": {**raw["metadata"], "managedFields": []},
+    }
+    plain["status"]["conditions"][0]["status"] = "False"
+    plain["metadata"]["finalizers"].clear()
+    assert raw["status"]["conditions"][0]["status"] == "True"  # kopf's object is untouched
+    assert raw["metadata"]["finalizers"] == ["ordo.dev/task"]
+    assert len(raw["metadata"]["managedFields"]) == 1

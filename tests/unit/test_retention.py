@@ -157,3 +157,21 @@ async def test_the_operator_default_applies_and_a_missing_end_counts_from_first_
         await asyncio.sleep(0)
     finally:
         await retention.shutdown()
+
+
+async def test_observe_neither_changes_nor_keeps_the_body() -> None:
+    # The operator hands one copy of each Task event to retention, then to the scheduler
+    # (handlers._task_event): retention must leave it as it was and keep no part of it.
+    import copy
+
+    retention = Retention(_client(), Metrics(), None, clock=lambda: T0)
+    try:
+        body = task(ttl=3600)
+        before = copy.deepcopy(body)
+        retention.observe(body, None)
+        assert body == before
+        body["spec"]["ttlSecondsAfterFinished"] = 1  # the scheduler's, from now on
+        body["status"]["completedAt"] = "2031-01-01T00:00:00Z"
+        assert retention.scheduled() == {"u1": T0 + 3600}
+    finally:
+        await retention.shutdown()

@@ -428,6 +428,16 @@ _JSON = st.recursive(
 )
 
 
+def test_the_depth_cap_is_exact_whether_or_not_brackets_hide_in_strings() -> None:
+    """The bracket count short-cuts the depth scan only when it cannot reach the cap."""
+    assert bounded_json_loads("[[[[1]]]]", max_depth=4) == [[[[1]]]]
+    with pytest.raises(UntrustedInputTooLarge):
+        bounded_json_loads("[[[[[1]]]]]", max_depth=4)
+    assert bounded_json_loads('[[{"a": "[[[[{{{{"}]]', max_depth=3) == [[{"a": "[[[[{{{{"}]]
+    with pytest.raises(UntrustedInputTooLarge):
+        bounded_json_loads('[[{"a": [{"[": 1}]}]]', max_depth=4)
+
+
 @settings(max_examples=300, deadline=None)
 @given(_JSON)
 def test_bounded_loads_agrees_with_json_loads_on_valid_json(value: Any) -> None:

@@ -8,6 +8,7 @@ a subprocess, with the matched text and the service's reason kept out of everyth
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -192,7 +193,10 @@ async def test_a_huge_body_denies_without_being_read_to_the_end(
 ) -> None:
     verdict = await http_check(check_server.url + "/huge")("input", "x")
     assert verdict == Verdict("deny", cause="VerdictTooLarge")
-    assert check_server.huge_done.wait(30), "the server never noticed the reader leave"
+    # Waited for off the loop: the connection is closed by the loop (the shared session's
+    # connection is closed, not the session), which a blocking wait would stall.
+    noticed = await asyncio.to_thread(check_server.huge_done.wait, 30)
+    assert noticed, "the server never noticed the reader leave"
     assert MAX_VERDICT_BYTES < check_server.huge_sent < HUGE_BYTES // 2
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ from tests.support.http_tool_server import HttpToolServer
 from tests.support.wire import resolved
 
 from ordo.engine.tooling import ToolExecutor, ToolFailure
-from ordo.tools import build_executor, netguard
+from ordo.tools import build_executor, netguard, session
 from ordo.tools.http import MAX_RESPONSE_BYTES, TRUNCATED_NOTE, query_params
 
 
@@ -196,3 +197,67 @@ def test_query_params_encoding() -> None:
         ("d", "1"),
         ("d", "x"),
     ]
+
+
+# Hostile cases of the transport (one shared aiohttp session per event loop).
+
+
+async def test_a_body_dripping_in_past_the_timeout_is_a_timeout(
+    http_tool_server: HttpToolServer,
+) -> None:
+    # Headers at once, then a byte every 50 ms for 3 s: each read is quick, the whole answer
+    # is not. The Tool's timeout bounds the whole request.
+    with pytest.raises(ToolFailure, match=r"did not answer within 0\.3s"):
+        await executor(http_tool_server.url + "/drip?seconds=3", timeout="300ms")({})
+
+
+async def test_an_endless_body_is_cut_at_the_cap_and_not_read_further(
+    http_tool_server: HttpToolServer,
+) -> None:
+    out = await executor(http_tool_server.url + "/endless")({})
+    assert out.content == "y" * MAX_RESPONSE_BYTES + TRUNCATED_NOTE
+    # The connection is closed (by the loop: waited for off it).
+    assert await asyncio.to_thread(http_tool_server.endless_done.wait, 30)
+
+
+async def test_a_redirect_to_a_metadata_address_is_not_followed(
+    http_tool_server: HttpToolServer,
+) -> None:
+    call = executor(http_tool_server.url + "/redirect?to=http://169.254.169.254/latest/")
+    with pytest.raises(ToolFailure, match="HTTP 302"):
+        await call({})
+    assert http_tool_server.count == 1
+
+
+async def test_cookies_never_travel_from_one_call_to_the_next(
+    http_tool_server: HttpToolServer,
+) -> None:
+    await executor(http_tool_server.url + "/set-cookie")({})
+    await executor(http_tool_server.url + "/echo")({})
+    assert "cookie" not in http_tool_server.requests[1]["headers"]
+
+
+async def test_a_keep_alive_connection_the_server_closed_is_not_reused(
+    http_tool_server: HttpToolServer,
+) -> None:
+    # The first call leaves its connection in the pool; the server closes it while idle. The
+    # next POST (never retried: it may not be idempotent) must go over a new connection.
+    call = executor(http_tool_server.url + "/then-close")
+    assert (await call({"n": 1})).content == "ok"
+    await asyncio.sleep(0.5)
+    assert (await call({"n": 2})).content == "ok"
+    assert http_tool_server.count == 2
+
+
+async def test_concurrent_calls_share_the_loop_session_and_it_closes_when_idle(
+    http_tool_server: HttpToolServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session, "IDLE_SECONDS", 0.2)
+    call = executor(http_tool_server.url + "/echo")
+    outs = await asyncio.gather(*(call({"n": n}) for n in range(5)))
+    assert [json.loads(o.content)["json"] for o in outs] == [{"n": n} for n in range(5)]
+    shared = session._SESSIONS[asyncio.get_running_loop()]
+    assert shared.users == 0 and not shared.session.closed
+    await asyncio.sleep(0.5)
+    assert shared.session.closed
+    assert asyncio.get_running_loop() not in session._SESSIONS

@@ -66,6 +66,8 @@ def memory_policy_names(operation: str) -> tuple[str, str]:
 
 def bounded_reason(reason: str) -> str:
     """`reason` on one line and at most REASON_MAX_CHARS characters, with a marker when cut."""
+    if len(reason) <= REASON_MAX_CHARS and reason.isprintable():
+        return reason  # the usual case: nothing to replace or cut
     text = "".join(c if c.isprintable() else " " for c in reason)
     if len(text) <= REASON_MAX_CHARS:
         return text

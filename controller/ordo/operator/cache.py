@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import StoreError
-from .informer import Body, Informer
+from .informer import Body, Informer, cancel_all, run_all
 from .kube import KubeClient
 from .metrics import Metrics
 from .store import KubeStore
@@ -88,17 +87,13 @@ class ObjectCache:
                 metrics.cache_synced.labels(kind).set(0)
 
     async def start(self) -> None:
-        for (kind, ns), informer in self.informers.items():
-            name = f"ordo-informer-{kind}-{ns or '*'}"
-            self._tasks.append(asyncio.create_task(informer.run(), name=name))
+        self._tasks += run_all(
+            (f"ordo-informer-{kind}-{ns or '*'}", informer)
+            for (kind, ns), informer in self.informers.items()
+        )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await cancel_all(self._tasks)
 
     # -- lookups ----------------------------------------------------------------------------
 

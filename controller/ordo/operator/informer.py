@@ -18,15 +18,22 @@ Memory: only what the API returns for the kind, minus `metadata.managedFields` a
 `kubectl.kubernetes.io/last-applied-configuration` annotation (nothing reads either; they
 are often larger than the spec). Objects are replaced, never mutated, so a reader holding a
 body keeps a consistent snapshot.
+
+Events (`on_event`, for a feed such as taskfeed.py): `ADDED`/`MODIFIED`/`DELETED` as the
+watch reports them; after every LIST, `DELETED` for each object the LIST no longer returned
+(deleted while the watch was down), then None for each object it returned (as kopf reports
+listed objects). With `index=False` the informer keeps only each object's name, namespace
+and uid (to tell what a relist dropped), and the listener gets the parsed body itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import GROUP, KINDS
@@ -42,6 +49,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 15.0
 
 Body = dict[str, Any]
+EventListener = Callable[[str | None, Body], None]
+"""Called with (event type, body); see the module docstring. It must not block."""
 RestartListener = Callable[[str, str], None]
 """Called with (kind, reason) when a watch is restarted: `expired` (410 Gone), `error` (another
 `ERROR` event), `failed` (a request failed or a stream broke)."""
@@ -87,6 +96,8 @@ class Informer:
         on_restart: RestartListener | None = None,
         backoff: tuple[float, float] = (BACKOFF_FIRST, BACKOFF_MAX),
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+        on_event: EventListener | None = None,
+        index: bool = True,
     ) -> None:
         self.client = client
         self.kind = kind
@@ -102,6 +113,8 @@ class Informer:
         self._on_restart = on_restart
         self._backoff = backoff
         self._watch_timeout = watch_timeout
+        self._on_event = on_event
+        self._index = index
         self._tick = asyncio.Event()
         self._expired_in_row = False
 
@@ -173,16 +186,27 @@ class Informer:
 
     async def _relist(self) -> None:
         items, version = await self.client.list_versioned(self.kind, self.namespace)
+        previous = self._objects
         objects: dict[str, dict[str, Body]] = {}
+        listed: list[Body] = []
         for item in items:
             key = _key(item)
             if key is not None:
-                objects.setdefault(key[0], {})[key[1]] = strip(item)
+                listed.append(strip(item))
+                objects.setdefault(key[0], {})[key[1]] = self._kept(item)
         self._objects = objects
         self.resource_version = version
         self.lists += 1
         self._set_synced(True)
         self._notify()
+        if self._on_event is not None:
+            for namespace, names in previous.items():
+                now = objects.get(namespace, {})
+                for name, body in names.items():
+                    if name not in now:
+                        self._emit("DELETED", body)
+            for item in listed:
+                self._emit(None, item)
 
     async def _watch(self) -> None:
         events = self.client.watch(
@@ -218,11 +242,29 @@ class Informer:
                 if kind == "DELETED":
                     objects.pop(key[1], None)
                 else:
-                    objects[key[1]] = strip(body)
+                    objects[key[1]] = self._kept(strip(body))
+                if self._on_event is not None:
+                    self._emit(kind, body)
         version = (body.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = str(version)
         self._notify()
+
+    def _kept(self, body: Body) -> Body:
+        """What the index holds of `body`: all of it, or (`index=False`) its identity."""
+        if self._index:
+            return body
+        meta = body.get("metadata") or {}
+        return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta}}
+
+    def _emit(self, kind: str | None, body: Body) -> None:
+        """Hand one event to the listener: a copy if the index holds the body (listeners
+        keep and change theirs). A failing listener is logged; the watch goes on."""
+        assert self._on_event is not None
+        try:
+            self._on_event(kind, copy.deepcopy(body) if self._index else body)
+        except Exception:
+            log.exception("an event listener failed", extra={"ordo": {"kind": self.kind}})
 
     def _set_synced(self, value: bool) -> None:
         if self.synced != value:
@@ -234,6 +276,21 @@ class Informer:
     def _restarted(self, reason: str) -> None:
         if self._on_restart is not None:
             self._on_restart(self.kind, reason)
+
+
+def run_all(informers: Iterable[tuple[str, Informer]]) -> list[asyncio.Task[None]]:
+    """Start `informer.run()` for each (task name, informer); see `cancel_all`."""
+    return [asyncio.create_task(informer.run(), name=name) for name, informer in informers]
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the informer tasks and wait until they have stopped; empties `tasks`."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    tasks.clear()
 
 
 def _failure_message(kind: str, exc: ApiError) -> str:

@@ -88,6 +88,13 @@ def configure(fmt: str = "json", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Neither formatter reads the caller's file and line, the thread or the process: skip
+    # collecting them for every record (the logging HOWTO's "Optimization"; ~7 of ~25 µs a
+    # line).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # Libraries that could log request details stay at WARNING.
     for noisy in ("httpx", "httpx2", "httpcore", "openai", "anthropic", "mcp", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,7 +1,7 @@
-"""The HTTP client under the `openai` and `anthropic` SDKs: each SDK's own aiohttp transport
-(`DefaultAioHttpClient`, the `[aiohttp]` extra), one per SDK per event loop, shared by every
-model client of that SDK in the loop. Why this configuration: docs/decisions.md ("Model calls
-through the SDKs").
+"""The HTTP client under the `openai` and `anthropic` SDKs: an `httpx2.AsyncClient` on ordo's
+aiohttp transport (sdk_transport.py), one per SDK per event loop, shared by every model client
+of that SDK in the loop. Why this configuration: docs/decisions.md ("Model calls through the
+SDKs").
 
 Tasks reuse keep-alive connections (and TLS sessions) instead of opening their own. What is
 shared is the connection pool only, never what identifies a caller:
@@ -17,9 +17,9 @@ A shared client lives while a model client uses it: a model client takes it at i
 (`Lease.take`) and gives it back on `close()` (or when it is collected); the last one out
 closes it. A model client never calls its SDK client's `close()`, which would close the pool.
 
-Every body (answers and error bodies alike) is bounded before the SDK reads it: a response
-hook caps its length at `MAX_RESPONSE_BYTES` (`ResponseTooLarge`) and refuses a
-`Content-Encoding` (we ask for `identity`): a compressed body could expand past any cap.
+Every body (answers and error bodies alike) is bounded before the SDK sees it: the transport
+reads it, at most `MAX_RESPONSE_BYTES` (`ResponseTooLarge`), and refuses a `Content-Encoding`
+(we ask for `identity`): a compressed body could expand past any cap.
 """
 
 from __future__ import annotations
@@ -27,18 +27,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.cookiejar
-import importlib
 import json
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import httpx2
 
 from ..tls import shared_ssl_context
-from .errors import EncodedResponse, ResponseTooLarge
+from .sdk_transport import BoundedAiohttpTransport
 
 if TYPE_CHECKING:
     import anthropic
@@ -61,91 +59,14 @@ class _NoCookies(http.cookiejar.DefaultCookiePolicy):
         return False
 
 
-class _BoundedStream(httpx2.AsyncByteStream):
-    """A response body that raises ResponseTooLarge past `limit` bytes."""
-
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
-        self._stream = stream
-        self._limit = limit
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        size = 0
-        async for chunk in self._stream:
-            size += len(chunk)
-            if size > self._limit:
-                raise ResponseTooLarge(f"the response is longer than {self._limit} bytes")
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-async def _bound_body(response: httpx2.Response) -> None:
-    """Response hook: runs before any byte of the body is read (by the SDK or by ordo)."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding not in ("", "identity"):
-        raise EncodedResponse(f"the response is encoded ({encoding[:32]!r})")
-    length = response.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
-        raise ResponseTooLarge(f"the response is longer than {MAX_RESPONSE_BYTES} bytes")
-    stream = response.stream
-    assert isinstance(stream, httpx2.AsyncByteStream)
-    response.stream = _BoundedStream(stream, MAX_RESPONSE_BYTES)
-
-
-def _cookie_free(built: httpx2.AsyncBaseTransport, expected: type) -> httpx2.AsyncBaseTransport:
-    """The SDK's aiohttp transport with a session of our own: the transport's own session
-    would keep cookies. Same connector settings as the transport's `get_client`."""
-    if not isinstance(built, expected):  # the SDK changed its transport: fail loudly
-        raise TypeError(f"unexpected SDK transport {type(built).__name__}")
-    transport: Any = built
-
-    def session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=transport.limits.max_connections or 0,
-            keepalive_timeout=transport.limits.keepalive_expiry,
-            ssl=transport.ssl_context,
-        )
-        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-
-    transport.client = session
-    return built
-
-
-_CLASSES: dict[str, type[httpx2.AsyncClient]] = {}
-
-
-def _client_class(sdk: str) -> type[httpx2.AsyncClient]:
-    """`<sdk>.DefaultAioHttpClient` with cookie-free transports. The SDK is imported here, on
-    first use: an openai-only process never pays for importing anthropic (about 40 MiB)."""
-    cls = _CLASSES.get(sdk)
-    if cls is not None:
-        return cls
-    base: Any = importlib.import_module(sdk).DefaultAioHttpClient
-    # The transport DefaultAioHttpClient is built on (the SDK's copy of httpx-aiohttp).
-    expected: type = importlib.import_module(f"{sdk}._vendor.httpx_aiohttp").AiohttpTransport
-
-    class Shared(base):  # type: ignore[misc,valid-type]
-        def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-            return _cookie_free(super()._init_transport(*args, **kwargs), expected)
-
-        def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.AsyncBaseTransport:
-            return _cookie_free(super()._init_proxy_transport(*args, **kwargs), expected)
-
-    cls = _CLASSES[sdk] = Shared
-    return cls
-
-
-def _new_client(sdk: str) -> httpx2.AsyncClient:
-    return _client_class(sdk)(
-        verify=shared_ssl_context(),
-        limits=httpx2.Limits(
-            max_connections=MAX_CONNECTIONS
-        ),  # aiohttp: a limit, no keep-alive cap
+def _new_client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        transport=BoundedAiohttpTransport(
+            shared_ssl_context(), limit=MAX_CONNECTIONS, max_body=lambda: MAX_RESPONSE_BYTES
+        ),
         follow_redirects=False,
         cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
         headers={"Accept-Encoding": "identity"},
-        event_hooks={"response": [_bound_body]},
     )
 
 
@@ -168,7 +89,7 @@ class ClientPool:
         by_sdk = self._shared.setdefault(asyncio.get_running_loop(), {})
         shared = by_sdk.get(sdk)
         if shared is None or shared.client.is_closed:
-            shared = by_sdk[sdk] = _Shared(_new_client(sdk))
+            shared = by_sdk[sdk] = _Shared(_new_client())
         shared.users += 1
         return shared.client
 

@@ -13,21 +13,27 @@ answer), not each read. Redirects are not followed and proxy variables are not u
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from ..api import parse_duration
 from ..api.guardrail import GuardrailPoint, HttpGuardrail
 from ..engine.guardrails import InvalidVerdict, Verdict, parse_verdict
 from ..engine.tooling import ToolCallFailed
+from . import session
 from .http import (
     TRUNCATED_NOTE,
     USER_AGENT,
-    guarded_client,
+    failure_kind,
+    finish,
     guarded_targets,
+    json_body,
     pin_destination,
     read_capped,
+    request_timeout,
     send_first,
 )
 
@@ -45,7 +51,11 @@ class HttpGuardCheck:
         self._timeout = parse_duration(spec.timeout)
 
     def _headers(self) -> dict[str, str]:
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+        }
         headers.update(self._spec.headers or {})
         if self._secret is not None:
             headers["Authorization"] = f"Bearer {self._secret}"
@@ -53,40 +63,45 @@ class HttpGuardCheck:
 
     async def __call__(self, point: GuardrailPoint, text: str) -> Verdict:
         try:
-            # httpx's timeout bounds each connect and read; a service that trickles its answer
-            # a byte at a time would never reach it. The whole check gets the deadline.
+            # The whole check gets the deadline (the request's own covers only the request).
             async with asyncio.timeout(self._timeout):
                 return await self._check(point, text)
         except ToolCallFailed as exc:
             return Verdict("deny", cause=exc.cause)
-        except (httpx.TimeoutException, TimeoutError):
+        except TimeoutError:  # aiohttp's timeouts are TimeoutErrors too
             return Verdict("deny", cause="Timeout")
-        except httpx.HTTPError as exc:
-            return Verdict("deny", cause=type(exc).__name__)
+        except (aiohttp.ClientError, OSError) as exc:
+            return Verdict("deny", cause=failure_kind(exc))
         except InvalidVerdict:
             return Verdict("deny", cause="InvalidVerdict")
 
     async def _check(self, point: GuardrailPoint, text: str) -> Verdict:
-        url = httpx.URL(self._spec.url)
+        url = URL(self._spec.url)
         private = self._spec.allow_private_network
         targets = await guarded_targets(url, private)
         headers = self._headers()
-        extensions = pin_destination(url, headers, private)
+        server_hostname = pin_destination(url, headers, private)
         body: dict[str, Any] = {"guardrail": self._name, "point": point, "text": text}
-        async with guarded_client(self._timeout) as client:
-            response = await send_first(
-                client,
-                targets,
-                lambda target: client.build_request(
-                    "POST", target, headers=headers, json=body, extensions=extensions
-                ),
-            )
+        data = json_body(body)
+        async with session.held() as http:
+
+            def send(target: URL) -> Awaitable[aiohttp.ClientResponse]:
+                return http.post(
+                    target,
+                    headers=headers,
+                    data=data,
+                    allow_redirects=False,
+                    server_hostname=server_hostname,
+                    timeout=request_timeout(self._timeout),
+                )
+
+            response = await send_first(targets, send)
             try:
-                if not response.is_success:
-                    return Verdict("deny", cause=f"HTTPStatus {response.status_code}")
+                if not 200 <= response.status < 300:
+                    return Verdict("deny", cause=f"HTTPStatus {response.status}")
                 answer = await read_capped(response, MAX_VERDICT_BYTES)
             finally:
-                await response.aclose()
+                finish(response)
         if answer.endswith(TRUNCATED_NOTE):
             return Verdict("deny", cause="VerdictTooLarge")
         return parse_verdict(answer)

@@ -1,11 +1,14 @@
-"""The `http` tool: one HTTP request per call, through httpx.
+"""The `http` tool: one HTTP request per call, over the loop's shared aiohttp session
+(`session.py`).
 
 - POST, PUT and PATCH send the model's arguments as the JSON body; GET and DELETE send them
   as query parameters (scalars as text, lists repeated, objects as JSON).
 - `secretRef` → `<authHeader>: <authScheme> <secret>` (default `Authorization: Bearer ...`).
-- The Tool's `timeout` bounds the whole request; redirects are not followed; proxy settings
+- The Tool's `timeout` bounds the whole request, the whole answer included (a body that
+  trickles in byte by byte does not get past it); redirects are not followed; proxy settings
   from the environment are not used (the SSRF guard must see the real destination).
-- At most 64 KiB of the response reaches the model; a longer one is cut and marked.
+- At most 64 KiB of the response reaches the model; a longer one is cut and marked, and the
+  rest is not read.
 - A non-2xx answer, a timeout or a connection failure is a ToolFailure: the model gets an
   error result naming the status code or the failure kind, never the URL, headers or body.
 - Link-local and cloud-metadata destinations are refused unless `allowPrivateNetwork`
@@ -16,15 +19,15 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from ..api import parse_duration
 from ..engine.tooling import ResolvedTool, ToolCallFailed, ToolOutput
-from ..tls import shared_ssl_context
-from . import netguard
+from . import netguard, session
 
 MAX_RESPONSE_BYTES = 64 * 1024
 TRUNCATED_NOTE = f"\n[truncated: the response was longer than {MAX_RESPONSE_BYTES} bytes]"
@@ -32,12 +35,9 @@ USER_AGENT = "ordo-http-tool"
 _BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
-QueryValue = str | int | float | bool | None
-
-
-def query_params(arguments: dict[str, Any]) -> list[tuple[str, QueryValue]]:
+def query_params(arguments: dict[str, Any]) -> list[tuple[str, str]]:
     """Arguments as query parameters."""
-    params: list[tuple[str, QueryValue]] = []
+    params: list[tuple[str, str]] = []
     for key, value in arguments.items():
         values = value if isinstance(value, list) else [value]
         for item in values:
@@ -52,12 +52,18 @@ def query_params(arguments: dict[str, Any]) -> list[tuple[str, QueryValue]]:
     return params
 
 
-async def read_capped(response: httpx.Response, limit: int = MAX_RESPONSE_BYTES) -> str:
-    """The response text, at most `limit` bytes of it, marked when cut."""
+def json_body(arguments: dict[str, Any]) -> bytes:
+    """The arguments as a compact UTF-8 JSON body."""
+    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_RESPONSE_BYTES) -> str:
+    """The response text, at most `limit` bytes of it, marked when cut (the rest is not
+    read)."""
     chunks: list[bytes] = []
     size = 0
     truncated = False
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_any():
         if size + len(chunk) > limit:
             chunks.append(chunk[: limit - size])
             truncated = True
@@ -69,8 +75,8 @@ async def read_capped(response: httpx.Response, limit: int = MAX_RESPONSE_BYTES)
     return text + TRUNCATED_NOTE if truncated else text
 
 
-def _encoding(response: httpx.Response) -> str:
-    name = response.charset_encoding or "utf-8"
+def _encoding(response: aiohttp.ClientResponse) -> str:
+    name = response.charset or "utf-8"
     try:
         codecs.lookup(name)
     except LookupError:
@@ -78,58 +84,72 @@ def _encoding(response: httpx.Response) -> str:
     return name
 
 
-async def guarded_targets(url: httpx.URL, allow_private_network: bool) -> list[httpx.URL]:
+async def guarded_targets(url: URL, allow_private_network: bool) -> list[URL]:
     """The URLs to try, in order: with the SSRF guard on, one per checked address. Raises
     ToolCallFailed (`BlockedDestination`, `NameResolution`)."""
     if allow_private_network:
         return [url]
-    host = url.raw_host.decode("ascii")
+    if url.raw_host is None or url.port is None:
+        raise ToolCallFailed("the tool's URL has no host", cause="InvalidURL")
     try:
-        destination = await netguard.check(host, url.port or (443 if url.scheme == "https" else 80))
+        destination = await netguard.check(url.raw_host, url.port)
     except netguard.BlockedDestination as exc:
         raise ToolCallFailed(f"refused: {exc}", cause="BlockedDestination") from None
     except OSError:
         raise ToolCallFailed(
             "the tool's host name did not resolve", cause="NameResolution"
         ) from None
-    return [url.copy_with(host=str(address)) for address in destination.addresses]
+    return [url.with_host(str(address)) for address in destination.addresses]
 
 
-def pin_destination(
-    url: httpx.URL, headers: dict[str, str], allow_private_network: bool
-) -> dict[str, Any]:
-    """Connecting to a checked address: `Host` and the TLS server name stay the original
-    host (added to `headers`); returns the request extensions."""
-    extensions: dict[str, Any] = {}
-    if not allow_private_network:
-        headers.setdefault("Host", url.netloc.decode("ascii"))
-        if url.scheme == "https":
-            extensions["sni_hostname"] = url.raw_host.decode("ascii")
-    return extensions
+def pin_destination(url: URL, headers: dict[str, str], allow_private_network: bool) -> str | None:
+    """Connecting to a checked address: `Host` stays the original host (added to
+    `headers`); returns the TLS server name to send and verify (None: the URL's own)."""
+    if allow_private_network:
+        return None
+    headers.setdefault("Host", url.host_port_subcomponent or "")
+    return url.raw_host if url.scheme == "https" else None
 
 
-def guarded_client(timeout: float) -> httpx.AsyncClient:
-    """A client for checked destinations: no redirects, no proxy variables from the
-    environment (the SSRF guard must see the real destination), ordo's TLS trust."""
-    return httpx.AsyncClient(
-        timeout=timeout, follow_redirects=False, trust_env=False, verify=shared_ssl_context()
-    )
+def finish(response: aiohttp.ClientResponse) -> None:
+    """Done with `response`: its connection goes back to the pool if the body was read to
+    the end, else it is closed (the rest of a long or endless body is never read)."""
+    if response.content.is_eof():
+        response.release()
+    else:
+        response.close()
 
 
-async def send_first(
-    client: httpx.AsyncClient,
-    targets: list[httpx.URL],
-    build: Callable[[httpx.URL], httpx.Request],
-) -> httpx.Response:
-    """The (streamed) response of the first checked address that accepts a connection; the
-    next address of the same name is tried only on a connection error."""
+Send = Callable[[URL], Awaitable[aiohttp.ClientResponse]]
+
+
+async def send_first(targets: list[URL], send: Send) -> aiohttp.ClientResponse:
+    """The response of the first checked address that accepts a connection; the next address
+    of the same name is tried only when connecting failed (nothing was sent)."""
     for n, target in enumerate(targets, start=1):
         try:
-            return await client.send(build(target), stream=True)
-        except httpx.ConnectError:
+            return await send(target)
+        except aiohttp.ClientConnectorError:
             if n == len(targets):
                 raise
-    raise httpx.ConnectError("the host name resolved to no address")
+    raise ToolCallFailed("the tool's host name resolved to no address", cause="NameResolution")
+
+
+def failure_kind(exc: aiohttp.ClientError | OSError) -> str:
+    """The kind of a transport failure, in the words of `status.toolCalls[].error`
+    (docs/api.md): `ConnectError` when nothing was sent, else what went wrong after."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "ConnectError"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "RemoteProtocolError"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "RemoteProtocolError"
+    return "ReadError"
+
+
+def request_timeout(seconds: float) -> aiohttp.ClientTimeout:
+    """`seconds` for the whole request: connect, send, and reading the whole answer."""
+    return aiohttp.ClientTimeout(total=seconds)
 
 
 class HttpToolExecutor:
@@ -140,6 +160,7 @@ class HttpToolExecutor:
         if spec.http is None:
             raise ValueError(f"Tool {resolved.tool.name!r} has no spec.http")
         self._http = spec.http
+        self._url = URL(spec.http.url)
         self._secret = resolved.secret
         self._timeout = parse_duration(spec.timeout)
 
@@ -155,42 +176,45 @@ class HttpToolExecutor:
         return headers
 
     async def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
-        url = httpx.URL(self._http.url)
-        targets = await guarded_targets(url, self._http.allow_private_network)
+        private = self._http.allow_private_network
+        targets = await guarded_targets(self._url, private)
         headers = self.headers()
-        extensions = pin_destination(url, headers, self._http.allow_private_network)
+        server_hostname = pin_destination(self._url, headers, private)
         method = self._http.method
         body = method in _BODY_METHODS
+        if body:
+            headers.setdefault("Content-Type", "application/json")
         try:
-            async with guarded_client(self._timeout) as client:
-                response = await send_first(
-                    client,
-                    targets,
-                    lambda target: client.build_request(
+            async with session.held() as http:
+
+                def send(target: URL) -> Awaitable[aiohttp.ClientResponse]:
+                    return http.request(
                         method,
                         target,
                         headers=headers,
-                        json=arguments if body else None,
+                        data=json_body(arguments) if body else None,
                         params=None if body else query_params(arguments),
-                        extensions=extensions,
-                    ),
-                )
+                        allow_redirects=False,
+                        server_hostname=server_hostname,
+                        timeout=request_timeout(self._timeout),
+                    )
+
+                response = await send_first(targets, send)
                 try:
-                    if not response.is_success:
+                    if not 200 <= response.status < 300:
                         raise ToolCallFailed(
-                            f"the tool endpoint answered HTTP {response.status_code}",
-                            cause=f"HTTPStatus {response.status_code}",
+                            f"the tool endpoint answered HTTP {response.status}",
+                            cause=f"HTTPStatus {response.status}",
                         )
                     text = await read_capped(response)
                 finally:
-                    await response.aclose()
-        except httpx.TimeoutException as exc:
+                    finish(response)
+        except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors too
             raise ToolCallFailed(
                 f"the tool endpoint did not answer within {self._timeout:g}s",
                 cause=f"Timeout ({type(exc).__name__})",
             ) from None
-        except httpx.HTTPError as exc:
-            raise ToolCallFailed(
-                f"the request failed ({type(exc).__name__})", cause=type(exc).__name__
-            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            kind = failure_kind(exc)
+            raise ToolCallFailed(f"the request failed ({kind})", cause=kind) from None
         return ToolOutput(text)
