@@ -421,11 +421,25 @@ def run_quickstart(cp: ControlPlane, ns: str) -> dict[str, Any]:
     status = task["status"]
     assert (status["phase"], status["reason"], status["step"]) == ("Succeeded", "Succeeded", 2)
     assert status["toolCalls"][0]["decision"] == "allowed"
-    assert "ordo.dev/run" not in (task["metadata"].get("finalizers") or [])
+    # The finalizer is removed, and the checkpoint ConfigMap deleted, by writes that follow
+    # the terminal status (not in it): wait for them rather than race them.
+    wait_for(
+        lambda: (
+            "ordo.dev/run"
+            not in (
+                get_json(cp, "task", QUICKSTART_TASK, "-n", ns)["metadata"].get("finalizers") or []
+            )
+        ),
+        30,
+        what="the finalizer released after the terminal write",
+    )
     reasons = {e["reason"] for e in events(cp, ns, QUICKSTART_TASK)}
     assert {"Started", "Succeeded"} <= reasons, reasons
-    # The checkpoint ConfigMap was written (create/update) and deleted at the end.
-    assert not get_json(cp, "configmaps", "-n", ns)["items"]
+    wait_for(
+        lambda: not get_json(cp, "configmaps", "-n", ns)["items"],
+        30,
+        what="no checkpoint ConfigMap left after the Task ended",
+    )
     wait_ready(cp, ns, "agent", "research-agent", "True")
     return task
 

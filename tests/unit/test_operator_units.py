@@ -156,3 +156,55 @@ def test_a_watched_object_is_handed_on_as_a_private_copy_without_managed_fields(
     assert raw["status"]["conditions"][0]["status"] == "True"  # kopf's object is untouched
     assert raw["metadata"]["finalizers"] == ["ordo.dev/task"]
     assert len(raw["metadata"]["managedFields"]) == 1
+
+
+async def test_per_call_log_lines_are_debug_and_denials_stay_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At info an SRE sees a run's start, its denials and its end; each model call and each
+    allowed tool call only at debug (issue 14: most of the log volume, and operator CPU)."""
+    from ordo.engine.events import RunStarted, StepStarted, ToolDecided, ToolFinished
+    from ordo.engine.state import ToolCallRecord
+    from ordo.operator.writer import log_events
+
+    events = [
+        RunStarted(0),
+        StepStarted(1),
+        ToolDecided(ToolCallRecord(1, "lookup", "allowed", "allowed by role reader")),
+        ToolFinished(1, "lookup", "ok", 0.01),
+        ToolDecided(ToolCallRecord(1, "delete", "denied", "denied by policy no-deletes")),
+    ]
+    with caplog.at_level(logging.INFO, logger="ordo.operator"):
+        for event in events:
+            await log_events(event)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "run started"),
+        ("WARNING", "tool decision"),
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="ordo.operator"):
+        for event in events:
+            await log_events(event)
+    assert [r.getMessage() for r in caplog.records] == [
+        "run started",
+        "model call",
+        "tool decision",
+        "tool finished",
+        "tool decision",
+    ]
+
+
+def test_the_operator_tunes_the_garbage_collector_once_started() -> None:
+    import gc
+
+    from ordo.operator.main import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # start-up's objects are out of the scans
+        assert gc.isenabled()  # cycles are still collected
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

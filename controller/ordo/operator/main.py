@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import logging
 import signal
@@ -238,6 +239,21 @@ def preload() -> None:
     shared_ssl_context()
 
 
+GC_THRESHOLDS = (50_000, 20, 100)
+"""Allocations between collections of the youngest generation (Python's default: 700), and
+the default ratios for the older two."""
+
+
+def tune_gc() -> None:
+    """Move what start-up built (the imported SDKs, kopf, the TLS context: never garbage) out
+    of the collector's scans, and collect the youngest generation every 50,000 allocations
+    instead of 700. With many runs at once the defaults spent about a sixth of the CPU in
+    the collector (issue 14); cycles are still collected, only less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -306,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs["clusterwide"] = True
 
     preload()
+    tune_gc()
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -1,6 +1,7 @@
 """Runs each Task exactly once per claim, bounded by --max-concurrent-tasks.
 
-kopf delivers watch events to `TaskScheduler.observe` (a thin, synchronous handler). The
+The Task feed (taskfeed.py, ordo's own informer) delivers watch events to
+`TaskScheduler.observe` (thin and synchronous). The
 scheduler keeps one job per Task uid in this process; the job waits for another holder's
 lease and for capacity, claims the Task (claim.py), and runs it (runner.py). State lives in
 the object: the claim and progress in `status`, the transcript in a checkpoint ConfigMap the

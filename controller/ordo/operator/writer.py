@@ -275,14 +275,21 @@ class ProgressWriter:
 
 
 async def log_events(event: Event) -> None:
-    """Structured log lines for engine events: names, counts and decisions only."""
+    """Structured log lines for engine events: names, counts and decisions only. The start
+    and end of a run, denials, guardrails and failures at info or above; the per-call lines
+    (each model call and answer, each allowed tool call and its end) at debug: at thousands
+    of Tasks they were most of the log volume and a measurable share of the operator's CPU,
+    and the Task's status, Events, metrics and traces carry the same facts."""
     if isinstance(event, RunStarted):
         log.info("run started", extra={"ordo": {"resumedFromStep": event.resumed_from_step}})
     elif isinstance(event, StepStarted):
         logs.bind(step=event.step)
-        log.info("model call", extra={"ordo": {"step": event.step}})
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("model call", extra={"ordo": {"step": event.step}})
     elif isinstance(event, ModelResponded):
-        log.info(
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        log.debug(
             "model responded",
             extra={
                 "ordo": {
@@ -294,7 +301,9 @@ async def log_events(event: Event) -> None:
         )
     elif isinstance(event, ToolDecided):
         r = event.record
-        level = logging.WARNING if r.decision == "denied" else logging.INFO
+        level = logging.WARNING if r.decision == "denied" else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
         log.log(
             level,
             "tool decision",
@@ -322,7 +331,9 @@ async def log_events(event: Event) -> None:
             },
         )
     elif isinstance(event, ToolFinished):
-        log.info(
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        log.debug(
             "tool finished",
             extra={"ordo": {"tool": status_mod.capped_name(event.tool), "outcome": event.outcome}},
         )
