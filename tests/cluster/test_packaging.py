@@ -888,3 +888,41 @@ def test_cluster_wide_chart_and_kustomize_base(own_cluster: ControlPlane, tmp_pa
         finally:
             op.stop()
         assert_no_forbidden(op)
+
+
+def test_peered_operators_run_tasks_and_pause_together(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """With `peering.enabled` an operator runs Tasks (its Task events come through kopf, not
+    ordo's own feed, so that peering can pause them), and a second operator on the same
+    peering object pauses both: a new Task is then not touched at all."""
+    cp = control_plane
+    release_ns = cp.create_namespace(prefix="ordo-system")
+    team = cp.create_namespace(prefix="team")
+    docs = helm_template(
+        tmp_path,
+        namespace=release_ns,
+        values={"watchNamespaces": [team], "peering": {"enabled": True}},
+        include_crds=True,
+    )
+    peered = install(cp, docs, release_ns, tmp_path)
+    first = peered.operator(tmp_path, "peer-1").start()
+    second: OperatorProcess | None = None
+    try:
+        assert any(a.startswith("--peering=") for a in first.scope)
+        run_quickstart(cp, team)
+        second = peered.operator(tmp_path, "peer-2").start()
+        wait_for(
+            lambda: "Pausing all operators" in first.logs(),
+            60,
+            what="the first operator to pause for its peer",
+        )
+        apply(cp, team, PROBE)
+        time.sleep(5)
+        probe = get_json(cp, "task", "probe", "-n", team)
+        assert not probe.get("status"), probe.get("status")
+        assert not probe["metadata"].get("finalizers")
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()

@@ -134,10 +134,13 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     )
     STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
     STATE.readiness = ReadinessReconciler(STATE.client, store, STATE.cache)
-    STATE.tasks = TaskFeed(
-        STATE.client, cfg.namespaces or None, _task_listener(STATE), metrics=metrics
-    )
-    await STATE.tasks.start()
+    if cfg.peering is None:
+        STATE.tasks = TaskFeed(
+            STATE.client, cfg.namespaces or None, _task_listener(STATE), metrics=metrics
+        )
+        await STATE.tasks.start()
+    # With kopf peering, Task events come through kopf (watch_tasks_through_kopf), so that a
+    # paused operator (another one on the same peering object) stops taking Tasks too.
     STATE.health = HealthServer(STATE.client, STATE.metrics, cfg.health_port, cfg.metrics_port)
     STATE.health.namespaces = list(cfg.namespaces)
     STATE.health.cache = STATE.cache
@@ -157,7 +160,9 @@ async def _resync_loop(state: OperatorState, interval: float) -> None:
         await asyncio.sleep(interval)
         # The sweep first: it is cheap (one list per namespace), and a readiness resync that
         # probes many endpoints must not delay picking up a stranded Task.
-        if state.scheduler is not None:
+        # Not with kopf peering: the sweep reads Tasks past kopf, so it would run Tasks while
+        # peering has paused this operator (test_packaging's peered operators test).
+        if state.scheduler is not None and state.config.peering is None:
             try:
                 await state.scheduler.sweep()
             except Exception:
@@ -247,6 +252,15 @@ def _readiness_handler(kind: str) -> Any:
 
 for _plural, _kind in READINESS_KINDS.items():
     kopf.on.event(GROUP, VERSION, _plural, id=f"ready-{_plural}")(_readiness_handler(_kind))
+
+
+def watch_tasks_through_kopf() -> None:
+    """Register the Task handler with kopf (only with `--peering`: kopf pauses the handlers of
+    an operator that sees a peer, and ordo's own Task feed does not know of peering)."""
+
+    @kopf.on.event(GROUP, VERSION, "tasks")
+    async def _task_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        _task_listener(_state(memo))(event.get("type"), _plain(body))
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

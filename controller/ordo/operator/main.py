@@ -316,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:
         kwargs["peering_name"] = args.peering
+        handlers.watch_tasks_through_kopf()
     if args.namespace:
         kwargs["namespaces"] = args.namespace
     else:
