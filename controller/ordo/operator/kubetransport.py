@@ -11,7 +11,8 @@ was sent included — into `httpx.ConnectTimeout`, which `KubeClient` (rightly) 
 applied twice. Here only failures that provably happened before a byte of the request left
 (`ClientConnectorError`: refused, DNS, TLS handshake; `ConnectionTimeoutError`: no
 connection in time) become `ConnectError`/`ConnectTimeout`; everything later is a
-`ReadError`/`ReadTimeout`/`RemoteProtocolError` (the write may have been applied).
+`ReadError`/`ReadTimeout`/`RemoteProtocolError` (the write may have been applied): the
+mapping in ordo/aiohttp_errors.py, shared with the model SDKs' transport.
 
 httpx still builds the requests and parses nothing: it hands over method, URL, headers and
 body; aiohttp answers with status, raw headers and a byte stream (not decompressed; httpx
@@ -22,30 +23,12 @@ decodes the Content-Encoding itself). Timeouts come from `request.extensions["ti
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx
 
-
-@contextmanager
-def _mapped_errors(request: httpx.Request) -> Iterator[None]:
-    """aiohttp/OS errors as the httpx error with the same "was it sent?" meaning."""
-    try:
-        yield
-    except aiohttp.ClientConnectorError as exc:  # before the request: nothing sent
-        raise httpx.ConnectError(type(exc).__name__, request=request) from exc
-    except aiohttp.ConnectionTimeoutError as exc:  # no connection in time: nothing sent
-        raise httpx.ConnectTimeout(type(exc).__name__, request=request) from exc
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:  # after sending
-        raise httpx.ReadTimeout(type(exc).__name__, request=request) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-        raise httpx.RemoteProtocolError(type(exc).__name__, request=request) from exc
-    except aiohttp.ClientResponseError as exc:  # a malformed response
-        raise httpx.RemoteProtocolError(type(exc).__name__, request=request) from exc
-    except (aiohttp.ClientError, OSError) as exc:  # reset, broken pipe, TLS error, ...
-        raise httpx.ReadError(type(exc).__name__, request=request) from exc
+from ..aiohttp_errors import mapped_errors
 
 
 class _ResponseStream(httpx.AsyncByteStream):
@@ -54,7 +37,7 @@ class _ResponseStream(httpx.AsyncByteStream):
         self._request = request
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _mapped_errors(self._request):
+        with mapped_errors(self._request, httpx):
             async for chunk in self._response.content.iter_any():
                 yield chunk
 
@@ -105,7 +88,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
         body = await request.aread()
         headers = [(k, v) for k, v in request.headers.multi_items() if k != "transfer-encoding"]
-        with _mapped_errors(request):
+        with mapped_errors(request, httpx):
             watch = request.url.params.get("watch") == "true"
             response = await self._session(watch).request(
                 request.method,

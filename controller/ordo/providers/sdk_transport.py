@@ -34,32 +34,13 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import aiohttp
 import httpx2
 
+from ..aiohttp_errors import mapped_errors
 from .errors import EncodedResponse, ResponseTooLarge
-
-
-@contextmanager
-def _mapped_errors(request: httpx2.Request) -> Iterator[None]:
-    """aiohttp/OS errors as the httpx2 error with the same "was it sent?" meaning."""
-    try:
-        yield
-    except aiohttp.ClientConnectorError as exc:  # refused, DNS, TLS handshake: nothing sent
-        raise httpx2.ConnectError(type(exc).__name__, request=request) from exc
-    except aiohttp.ConnectionTimeoutError as exc:  # no connection in time: nothing sent
-        raise httpx2.ConnectTimeout(type(exc).__name__, request=request) from exc
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:  # no answer in time
-        raise httpx2.ReadTimeout(type(exc).__name__, request=request) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-        raise httpx2.RemoteProtocolError(type(exc).__name__, request=request) from exc
-    except aiohttp.ClientResponseError as exc:  # a malformed response
-        raise httpx2.RemoteProtocolError(type(exc).__name__, request=request) from exc
-    except (aiohttp.ClientError, OSError) as exc:  # reset, broken pipe, TLS error, ...
-        raise httpx2.ReadError(type(exc).__name__, request=request) from exc
 
 
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -158,7 +139,7 @@ class BoundedAiohttpTransport(httpx2.AsyncBaseTransport):
             # A plain-HTTP request goes to the proxy as is (no CONNECT, where aiohttp sends
             # `proxy_headers`): the proxy's credentials ride on it.
             headers.extend(proxy[1].items())
-        with _mapped_errors(request):
+        with mapped_errors(request, httpx2):
             async with self._open_session().request(
                 request.method,
                 str(request.url),
