@@ -20,14 +20,19 @@ from ordo.operator.writer import FINALIZER
 
 
 class Api:
-    """An in-process API that records requests and answers every one 404 (no object)."""
+    """An in-process API that records requests: every PATCH answered `patch` (code, reason;
+    None: like any other request), everything else 404 (no object)."""
 
-    def __init__(self) -> None:
+    def __init__(self, patch: tuple[int, str] | None = None) -> None:
         self.requests: list[httpx.Request] = []
+        self.patch = patch
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+        code, reason = self.patch if request.method == "PATCH" and self.patch else (404, "NotFound")
+        return httpx.Response(
+            code, json={"kind": "Status", "code": code, "reason": reason, "message": "m"}
+        )
 
 
 def scheduler_for(api: Api) -> TaskScheduler:
@@ -130,22 +135,16 @@ async def test_a_finished_task_is_released_only_if_its_runner_did_not(
     await s.shutdown()
 
 
-class ConflictingApi(Api):
-    """Refuses every write with 409 Conflict (another process wrote first); reads 404."""
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        if request.method == "PATCH":
-            return httpx.Response(
-                409, json={"kind": "Status", "code": 409, "reason": "Conflict", "message": "m"}
-            )
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+CONFLICT = (409, "Conflict")
+"""Another process wrote first."""
+MAYBE_APPLIED = (500, "InternalError")
+"""The write may or may not have landed."""
 
 
 async def test_the_loser_of_a_reservation_stops_after_one_refused_write() -> None:
     """Two processes see a new Task: the one whose finalizer write lands goes on; the other
     learns from the Task's next watch event (no read) that it lost, and starts nothing else."""
-    api = ConflictingApi()
+    api = Api(patch=CONFLICT)
     s = scheduler_for(api)
     new = task({})
     s.observe(new, "ADDED")
@@ -184,23 +183,11 @@ async def test_a_task_running_in_a_job_is_supervised_even_under_its_pods_lease()
     await s.shutdown()
 
 
-class FailingPatchApi(Api):
-    """Answers a PATCH 500 (the write may or may not have landed); reads 404."""
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        if request.method == "PATCH":
-            return httpx.Response(
-                500, json={"kind": "Status", "code": 500, "reason": "InternalError"}
-            )
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
-
-
 async def test_a_reservation_whose_answer_was_lost_is_looked_at_again() -> None:
     """Our finalizer write failed but landed (its answer lost): the Task shows a finalizer
     nobody here holds. The job stops, and the Task is looked at again once its events stop
     for a lease period: it is never left Pending for good (found by test_faults)."""
-    api = FailingPatchApi()
+    api = Api(patch=MAYBE_APPLIED)
     s = scheduler_for(api)
     s.settings.lease_seconds = 0.2
     s.observe(task({}), "ADDED")
