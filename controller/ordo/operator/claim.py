@@ -95,17 +95,7 @@ class Claimer:
             if FINALIZER in (meta.get("finalizers") or []):
                 return body
             try:
-                return await self.client.patch(
-                    "Task",
-                    meta["namespace"],
-                    meta["name"],
-                    {
-                        "metadata": {
-                            "resourceVersion": meta["resourceVersion"],
-                            "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                        }
-                    },
-                )
+                return await self._add_finalizer(meta)
             except ApiError as exc:
                 if exc.not_found:
                     return None
@@ -123,6 +113,20 @@ class Claimer:
                 return None
             body = fresh
         raise ApiError(0, "ClaimNotSettled", "the reservation did not settle; trying again")
+
+    async def _add_finalizer(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """Add ordo's finalizer, conditional on the resourceVersion of `meta`."""
+        return await self.client.patch(
+            "Task",
+            meta["namespace"],
+            meta["name"],
+            {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                }
+            },
+        )
 
     async def duplicate_of(self, body: dict[str, Any]) -> str | None:
         """The name of an earlier Task with the same idempotencyKey, if any. A Task that was
@@ -158,17 +162,7 @@ class Claimer:
         for _ in range(CLAIM_ATTEMPTS):
             try:
                 if FINALIZER not in (meta.get("finalizers") or []):
-                    body = await self.client.patch(
-                        "Task",
-                        ns,
-                        name,
-                        {
-                            "metadata": {
-                                "resourceVersion": meta["resourceVersion"],
-                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                            }
-                        },
-                    )
+                    body = await self._add_finalizer(meta)
                     meta = body["metadata"]
                 status = body.get("status") or {}
                 if status.get("phase") in TERMINAL_PHASES or (
