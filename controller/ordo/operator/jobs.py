@@ -57,7 +57,7 @@ from .jobspec import (
     select_mode,
 )
 from .kube import ApiError, KubeClient
-from .lease import ExecutionLease
+from .lease import remaining as lease_remaining
 from .metrics import Metrics
 from .writer import TaskWriter
 
@@ -296,19 +296,14 @@ class JobSupervisor:
     async def _wait_stopped(self, task: Mapping[str, Any], jname: str) -> bool:
         """Wait until no pod of the Job may still run the Task's process: every pod finished
         or gone, and the execution lease free (released, or expired)."""
-        ns = task["metadata"]["namespace"]
+        ns, name = task["metadata"]["namespace"], task["metadata"]["name"]
         deadline = time.monotonic() + self.stop_timeout_seconds + self.settings.lease_seconds
-        lease = ExecutionLease(
-            self.client,
-            dict(task),
-            "ordo-operator-supervisor",
-            self.settings.lease_seconds,
-            str((task.get("status") or {}).get("executionId") or ""),
-        )
         while time.monotonic() < deadline:
             pods = await self.client.list("Pod", ns, f"{JOB_NAME_LABEL}={jname}")
-            if not pods_active(pods) and await lease.held_elsewhere() <= 0:
-                return True
+            if not pods_active(pods):
+                current = await self.client.get("Task", ns, name)
+                if current is None or lease_remaining(current, datetime.now(UTC)) <= 0:
+                    return True
             await asyncio.sleep(1.0)
         return False
 
