@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import socket
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +44,12 @@ from . import logs
 from .approvals import ApprovalGate
 from .approvals import awaiting as awaiting_approval
 from .cache import NotSynced, ObjectCache
-from .capacity import acquire, mark_waiting
+from .capacity import SLOT, TAKEN, acquire, mark_waiting
 from .claim import Claimer
 from .jobmode import NO_RUNNER_IMAGE, record_mode, resume_supervision, run_in_job
 from .jobs import JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
-from .lease import held_elsewhere
+from .lease import held_elsewhere, lease_of
 from .metrics import Metrics
 from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
 from .runner import RunAbandoned, Runner
@@ -59,9 +60,13 @@ from .writer import FINALIZER, TaskWriter
 RELEASE_GRACE_SECONDS = 5.0
 """How long a finished Task may keep ordo's finalizer before a process that did not run it
 removes it (the one that ran it does so right after its terminal write)."""
-RESERVE_DELAY_WHEN_FULL_SECONDS = 0.2
-"""A process with no free slot waits this long before it reserves a new Task, so that a
-replica with free slots (which reserves at once) wins it."""
+MARK_DELAY_WHEN_FULL_SECONDS = 0.2
+"""A process with no free slot never reserves a new Task (a replica with a free slot takes
+it, or this one once a slot frees); it waits this long before marking the Task
+`WaitingForCapacity`, so that a Task another replica takes at once is not written twice."""
+DEFER_TO_PREFERRED_SECONDS = 0.1
+"""How long a process leaves a new Task to the replica that the Task's hash prefers
+(`TaskScheduler._preferred`) before reserving it itself."""
 FRESH_BODY_WAIT_SECONDS = 1.0
 """After a refused conditional write, how long to wait for the Task's next watch event
 before reading it instead."""
@@ -113,6 +118,17 @@ class Job:
     """The Task as its latest watch event showed it, not yet used. A Pending Task is claimed
     from it instead of a GET: the claim's writes are fenced by its resourceVersion, so a stale
     body costs one conflict and a re-read, never a wrong claim."""
+
+    def taken_elsewhere(self) -> bool:
+        """The Task's latest watch event shows it reserved, claimed or ended. Asked only of a
+        Task that was not reserved when its job began, before the job reserves it (a new Task
+        is reserved only once it has a slot): so another process did."""
+        if self.body is None:
+            return False
+        meta = self.body.get("metadata") or {}
+        return FINALIZER in (meta.get("finalizers") or []) or (self.body.get("status") or {}).get(
+            "phase"
+        ) not in (None, "Pending")
 
     def take_pending(self) -> dict[str, Any] | None:
         """The watched body if it shows a Pending (never claimed) Task, once; else None."""
@@ -178,6 +194,9 @@ class TaskScheduler:
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._housekeeping: set[asyncio.Task[None]] = set()
         self._namespaces: set[str] = set()
+        self._peers: dict[str, float] = {}
+        """Other processes (lease holders seen in Task events) -> when last seen (loop time):
+        the replicas new Tasks are split with (`_preferred`)."""
         self.running = 0
 
     # -- the kopf-facing entry point ------------------------------------------------------
@@ -220,6 +239,9 @@ class TaskScheduler:
             # restarted must supervise the Job (failures, cancel, deadline) at once.
             remaining = 0.0 if runs_in_job(body) else held_elsewhere(body, self.identity)
             if remaining > 0:
+                holder = lease_of(body).get("holder")
+                if isinstance(holder, str):
+                    self._peers[holder] = asyncio.get_running_loop().time()
                 self._look_later(
                     uid, remaining + LEASE_EXPIRY_SLACK_SECONDS, self.observe, body, None
                 )
@@ -247,6 +269,20 @@ class TaskScheduler:
             self._job(uid, meta["namespace"], meta["name"], job, runs_in_job(body)),
             name=f"ordo-task-{uid}",
         )
+
+    def _preferred(self, uid: str) -> str:
+        """The process that should take the new Task `uid`: of this one and the replicas seen
+        holding a lease in the last lease period, the one whose stable hash with the uid is
+        highest (rendezvous hashing: every replica computes the same answer, and each gets an
+        equal share; a replica that goes away only moves its own share)."""
+        now = asyncio.get_running_loop().time()
+        live = [self.identity]
+        for peer, seen in list(self._peers.items()):
+            if now - seen > self.settings.lease_seconds:
+                del self._peers[peer]
+            else:
+                live.append(peer)
+        return max(live, key=lambda p: (zlib.crc32(f"{uid}/{p}".encode()), p))
 
     def _look_later(self, uid: str, delay: float, callback: Any, *args: Any) -> None:
         def fire() -> None:
@@ -416,41 +452,76 @@ class TaskScheduler:
                 )
             if body is None:
                 return
-            if not in_job and (body.get("status") or {}).get("phase") in (None, "Pending"):
-                if self._capacity.locked() and not job.cancel.is_set():
-                    await asyncio.sleep(RESERVE_DELAY_WHEN_FULL_SECONDS)
-                    body = job.take_pending() or body
-                reserved = await self.claimer.reserve(
-                    body, lambda: self._fresh(job, namespace, name)
-                )
-                if reserved is None:
-                    job.revisit = job.seen
+            meta = body["metadata"]
+            pending = not in_job and (body.get("status") or {}).get("phase") in (None, "Pending")
+            # A new Task nobody reserved yet (a reserved one is looked at here only after its
+            # events stopped for a lease period, or by the job that reserved it).
+            new = pending and FINALIZER not in (meta.get("finalizers") or [])
+            if new and not job.cancel.is_set() and self._preferred(meta["uid"]) != self.identity:
+                # Another replica's share: it reserves at once if it has a free slot.
+                await self._watch_for(job, DEFER_TO_PREFERRED_SECONDS)
+                if job.taken_elsewhere():
+                    job.revisit = job.body
                     return
-                body = reserved
             must_wait = self._capacity.locked()
             if must_wait and not job.cancel.is_set():
+                if new:
+                    # Not reserved while it waits: a replica with a free slot may take it.
+                    await self._watch_for(job, MARK_DELAY_WHEN_FULL_SECONDS)
+                    if job.taken_elsewhere():
+                        job.revisit = job.body
+                        return
+                    body = job.body or body
                 await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
-            acquired = await acquire(self._capacity, job.cancel)
+            got = await acquire(
+                self._capacity,
+                job.cancel,
+                job.wake if new else None,
+                job.taken_elsewhere if new else None,
+            )
             self.metrics.pending.dec()
             waiting = False
+            if got == TAKEN:
+                job.revisit = job.body
+                return
             try:
                 self.running += 1
                 self.metrics.running.inc()
                 # After a wait for capacity the Task may have changed: its latest watch event
-                # or, without one, a fresh read.
+                # or, without one, a fresh read (a Pending Task's reservation is conditional
+                # on its resourceVersion, so a stale body costs a refused write, not a read).
                 fresh: dict[str, Any] | None = body
-                if must_wait:
+                if pending:
+                    fresh = await self.claimer.reserve(
+                        job.take_pending() or body, lambda: self._fresh(job, namespace, name)
+                    )
+                    if fresh is None:
+                        job.revisit = job.seen
+                elif must_wait:
                     fresh = job.take_pending() or await self.client.get("Task", namespace, name)
                 if fresh is not None:
                     await self._process(fresh, job)
             finally:
                 self.running -= 1
                 self.metrics.running.dec()
-                if acquired:
+                if got == SLOT:
                     self._capacity.release()
         finally:
             if waiting:
                 self.metrics.pending.dec()
+
+    @staticmethod
+    async def _watch_for(job: Job, seconds: float) -> None:
+        """Wait `seconds`, or less if the Task's events show it taken by another process."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not job.taken_elsewhere() and not job.cancel.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            job.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.wake.wait(), left)
 
     async def _fresh(self, job: Job, namespace: str, name: str) -> dict[str, Any] | None:
         """The Task as it is now, after a refused write: its next watch event (the write that
