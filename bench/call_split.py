@@ -11,17 +11,26 @@ mean anything on a shared machine):
 * `engine`: run_agent alone, its model client answering the recorded answers (already ordo's
   types) without a provider, an SDK or I/O: ordo's engine (transcript, governance, argument
   validation, normalisation, events);
+* `adapter`: ordo's provider adapter alone, on the requests the engine made in one run: the
+  request body (`request_params`), the retry wrapper (`call_with_retries`, with its
+  per-attempt timeout), `json.loads` of the recorded answer and its reading (`_response`:
+  bounded argument parsing, usage); no SDK, no I/O;
 * `sdk`: the `openai` SDK's generic `post` (as the provider calls it, sdk_http.post_json) of
   the five recorded request bodies, on an httpx2 client whose transport answers the recorded
   bodies without I/O: the SDK's own work (options, headers, URL, request and response
   objects, httpx2's client layers) that no configuration removes;
 * `transport`: ordo's transport alone (sdk_transport.py) sending the five recorded requests
   to the server: aiohttp, the socket, the bounded read;
-* `aiohttp`: the same five requests on a bare aiohttp session (the transport's I/O floor).
+* `aiohttp`: the same five requests on a bare aiohttp session (the transport's I/O floor);
+* `no-io`: ordo's loop with the SDK on the no-I/O transport of `sdk`: engine, adapter and SDK
+  together, without I/O;
+* `no-io+io`: the same, with `aiohttp`'s request of that step sent to the server before
+  each model call, the request's own CPU measured apart (`io-between`) and left out.
 
-`ordo - engine - sdk - transport` is the rest: the provider adapter (request body, answer
-parsing, retries) and what the parts cost more together than alone (a cold CPU cache after
-the SDK's large code path).
+`ordo - engine - adapter - sdk - transport` is the rest: what the parts cost more together
+than alone. `no-io+io - no-io` shows where it comes from: the same code, with no line of it
+changed, costs more when a real request runs between its steps (the CPU caches are cold
+after the wait for the socket and the code in between), and the request costs more too.
 """
 
 from __future__ import annotations
@@ -114,6 +123,92 @@ async def _engine_runner(base_url: str, answers: Sequence[bytes]) -> Runner:
     return run
 
 
+async def _adapter_runner(base_url: str, answers: Sequence[bytes]) -> Runner:
+    """The provider adapter alone on the requests the engine makes in one run of the script."""
+    from ordo.engine.model import ModelRequest, ModelResponse
+    from ordo.providers.errors import classify
+    from ordo.providers.openai_provider import OpenAIModelClient
+    from ordo.providers.retry import call_with_retries
+
+    run = await ordo_runner(base_url, 0)
+    model = _closure_model(run)
+    assert isinstance(model, OpenAIModelClient)
+    requests: list[ModelRequest] = []
+    real = model.complete
+
+    async def record_request(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return await real(request)
+
+    model.complete = record_request  # type: ignore[method-assign]  # records one run
+    await run()
+    if len(requests) != len(answers):
+        raise RuntimeError(f"the engine made {len(requests)} model calls, not {len(answers)}")
+
+    async def run_adapter() -> str:
+        for request, raw in zip(requests, answers, strict=True):
+            model.request_params(request)
+
+            async def attempt(timeout: float, raw: bytes = raw) -> Any:
+                return json.loads(raw)
+
+            completion = await call_with_retries(
+                attempt, classify, model._policy, request.deadline, model._what
+            )
+            model._response(completion, request)
+        return FINAL_TEXT
+
+    return run_adapter
+
+
+async def _no_io_runner(
+    base_url: str,
+    requests: Sequence[dict[str, Any]],
+    answers: Sequence[bytes],
+    io_between: bool = False,
+) -> tuple[Runner, dict[str, float]]:
+    """ordo's runner with its SDK client on the no-I/O transport; with `io_between`, the
+    recorded requests sent in turn on a bare aiohttp session, one before each model call
+    (as `aiohttp` sends them), their CPU added up in the returned dict (`io_cpu`) so that it
+    can be taken out."""
+    import aiohttp
+    import httpx2
+    import openai
+
+    from ordo.engine.model import ModelRequest, ModelResponse
+    from ordo.providers.openai_provider import OpenAIModelClient
+
+    run = await ordo_runner(base_url, 0)
+    model = _closure_model(run)
+    assert isinstance(model, OpenAIModelClient)
+    model._sdk()  # takes the shared client: the SDK client set below is kept from now on
+    model._client = openai.AsyncOpenAI(
+        **model._sdk_args,
+        http_client=httpx2.AsyncClient(transport=_replay(answers), follow_redirects=False),
+    )
+    spent = {"io_cpu": 0.0}
+    if not io_between:
+        return run, spent
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    url = base_url + "/chat/completions"
+    bodies = [json.dumps(body).encode() for body in requests]
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+    real = model.complete
+    sent = 0
+
+    async def complete(request: ModelRequest) -> ModelResponse:
+        nonlocal sent
+        cpu = time.process_time()
+        async with session.post(url, data=bodies[sent % len(bodies)], headers=headers) as response:
+            await response.read()
+        sent += 1
+        spent["io_cpu"] += time.process_time() - cpu
+        return await real(request)
+
+    model.complete = complete  # type: ignore[method-assign]  # this benchmark's own stand-in
+    return run, spent
+
+
 def _closure_model(run: Runner) -> Any:
     cells = getattr(run, "__closure__", None) or ()
     return next(c.cell_contents for c in cells if hasattr(c.cell_contents, "complete"))
@@ -196,42 +291,56 @@ async def _aiohttp_runner(base_url: str, requests: list[dict[str, Any]]) -> Runn
 async def measure(base_url: str, runs: int, rounds: int) -> dict[str, float]:
     """Median CPU ms per model call of each part, interleaved over `rounds` rounds."""
     requests, answers = await record(base_url)
+    no_io, _ = await _no_io_runner(base_url, requests, answers)
+    no_io_io, spent = await _no_io_runner(base_url, requests, answers, io_between=True)
     parts: dict[str, Runner] = {
         "floor": await floor_runner(base_url, 0),
         "ordo": await ordo_runner(base_url, 0),
         "engine": await _engine_runner(base_url, answers),
+        "adapter": await _adapter_runner(base_url, answers),
         "sdk": await _sdk_runner(base_url, requests, answers),
         "transport": await _transport_runner(base_url, requests),
         "aiohttp": await _aiohttp_runner(base_url, requests),
+        "no-io": no_io,
+        "no-io+io": no_io_io,
     }
     for name, run in parts.items():
         for _ in range(10):
             answer = await run()
             if answer != FINAL_TEXT:
                 raise RuntimeError(f"{name} answered {answer!r}")
-    samples: dict[str, list[float]] = {name: [] for name in parts}
+    samples: dict[str, list[float]] = {name: [] for name in [*parts, "io-between"]}
     for n in range(rounds):
         order = list(parts) if n % 2 == 0 else list(reversed(parts))
         for name in order:
             run = parts[name]
+            spent["io_cpu"] = 0.0
             cpu = time.process_time()
             for _ in range(runs):
                 await run()
-            samples[name].append((time.process_time() - cpu) / runs / STEPS * 1000)
+            cpu = time.process_time() - cpu
+            if name == "no-io+io":
+                samples["io-between"].append(spent["io_cpu"] / runs / STEPS * 1000)
+                cpu -= spent["io_cpu"]
+            samples[name].append(cpu / runs / STEPS * 1000)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def report(ms: dict[str, float]) -> str:
     floor = ms["floor"]
-    rest = ms["ordo"] - ms["engine"] - ms["sdk"] - ms["transport"]
+    rest = ms["ordo"] - ms["engine"] - ms["adapter"] - ms["sdk"] - ms["transport"]
     rows = [
         ("floor: bare aiohttp + json loop", ms["floor"]),
         ("ordo on the SDK", ms["ordo"]),
         ("  engine (run_agent, no provider)", ms["engine"]),
+        ("  provider adapter alone (body, retries, answer parsing)", ms["adapter"]),
         ("  SDK post + httpx2 client, no I/O", ms["sdk"]),
         ("  ordo's transport + I/O", ms["transport"]),
-        ("  rest: provider adapter, parts together vs alone", rest),
+        ("  rest: the parts together vs alone", rest),
         ("bare aiohttp, the same 5 requests (I/O floor)", ms["aiohttp"]),
+        ("engine + adapter + SDK, no I/O", ms["no-io"]),
+        ("  the same, a bare aiohttp request between calls (its CPU left out)", ms["no-io+io"]),
+        ("  that bare aiohttp request, between the calls", ms["io-between"]),
     ]
     lines = ["| part | CPU ms per model call | vs floor |", "|---|---:|---:|"]
     lines += [f"| {name} | {value:.3f} | {value / floor:.2f}x |" for name, value in rows]

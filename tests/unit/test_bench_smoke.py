@@ -114,7 +114,7 @@ def test_call_split_measures_every_part_and_tables_them(capsys: pytest.CaptureFi
     table = _tables(capsys.readouterr().out)
     assert len(table) == 1
     _assert_well_formed(table[0])
-    assert len(table[0]) == 1 + 7
+    assert len(table[0]) == 1 + 11
     for row in table[0][1:]:
         assert _finite(float(row[1]), float(row[2].removesuffix("x")))
 

@@ -263,3 +263,34 @@ async def test_a_keyless_endpoint_sends_no_credential_header(provider: str) -> N
         await client.close()  # type: ignore[attr-defined]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_post_json_never_lets_the_sdk_retry_whatever_its_client_says(provider: str) -> None:
+    """retry.py owns every retry (the count a provider sees is `retry.maxAttempts`): a post
+    makes one request even on an SDK client built with retries of its own."""
+    import anthropic
+    import openai
+
+    server = _server(provider, [{"status": 500, "headers": {"retry-after-ms": "1"}}] * 3)
+    lease = sdk_http.Lease(provider)
+    http_client, _ = lease.take()
+    try:
+        sdk: Any
+        if provider == "openai":
+            sdk = openai.AsyncOpenAI(
+                api_key="sk-x", base_url=_base(provider, server), http_client=http_client
+            )
+            path, body = "/chat/completions", {"model": "m", "messages": []}
+        else:
+            sdk = anthropic.AsyncAnthropic(
+                api_key="sk-x", base_url=_base(provider, server), http_client=http_client
+            )
+            path, body = "/v1/messages", {"model": "m", "max_tokens": 1, "messages": []}
+        assert sdk.max_retries > 0
+        with pytest.raises((openai.InternalServerError, anthropic.InternalServerError)):
+            await sdk_http.post_json(sdk, path, body, {}, 5.0)
+        assert server.count == 1
+    finally:
+        await lease.release()
+        server.stop()

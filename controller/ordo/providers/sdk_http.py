@@ -164,11 +164,16 @@ async def post_json(
     """The SDK's generic `post`, as its `create` calls it, minus `create`'s TypedDict
     transform (it walks every message and tool schema; ordo's body is plain JSON already) and
     minus the pydantic response models: the raw answer (`cast_to=httpx2.Response`) is parsed
-    once, by `json.loads`. Same URL, headers, auth, Azure routing, timeout and errors."""
+    once, by `json.loads`. Same URL, headers, auth, Azure routing, timeout and errors.
+
+    The SDK never retries (retry.py owns every retry), whatever its client was built with.
+    `max_retries` and `headers` are given rather than left to the SDK's defaults: the SDK
+    deep-copies a default it fills in (a `NotGiven`) into every request's options, a
+    measurable part of the SDK's per-call work (bench/call_split.py)."""
     response = await client.post(
         path,
         cast_to=httpx2.Response,
         body=body,
-        options={**options, "timeout": timeout},  # type: ignore[call-overload]
+        options={"headers": {}, **options, "max_retries": 0, "timeout": timeout},  # type: ignore[call-overload]
     )
     return json.loads(response.content)
