@@ -74,8 +74,58 @@ _DIALECTS: dict[str, type[Any]] = {
 # --- checking --------------------------------------------------------------------------------
 
 
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
+def _plain_json(schema: Any) -> bool:
+    """True when `_shape_problems` has nothing to say: a dict of plain JSON within the depth,
+    node and object caps. Level by level, no paths: the cheap check that runs on every call
+    (every tool call validates its arguments); bounded by the same caps, so a hostile document
+    costs at most MAX_SCHEMA_CHARS nodes. False also for subclasses of dict, list, str...:
+    `_shape_problems` then decides."""
+    if type(schema) is not dict:
+        return False
+    level: list[Any] = [schema]
+    count = 1
+    objects = 0
+    for _ in range(MAX_SCHEMA_DEPTH):
+        below: list[Any] = []
+        budget = MAX_SCHEMA_CHARS - count  # nodes the next level may hold
+        for node in level:
+            kind = type(node)
+            if kind is dict:
+                objects += 1
+                for key in node:
+                    if type(key) is not str:
+                        return False
+                below.extend(node.values())
+                if len(below) > budget:
+                    return False
+            elif kind is list:
+                below.extend(node)
+                if len(below) > budget:
+                    return False
+            elif kind is float:
+                if not math.isfinite(node):
+                    return False
+            elif kind not in _JSON_SCALARS:
+                return False
+        if objects > MAX_SCHEMA_OBJECTS:
+            return False
+        if not below:
+            return True
+        count += len(below)
+        level = below
+    return False  # something sits MAX_SCHEMA_DEPTH levels down
+
+
 def _shape_problems(schema: Any) -> list[str]:
     """Type, depth and size, without recursion (a hostile document may nest 100,000 deep)."""
+    return [] if _plain_json(schema) else _shape_walk(schema)
+
+
+def _shape_walk(schema: Any) -> list[str]:
+    """`_shape_problems` with the JSON path of each problem (the slower walk)."""
     if not isinstance(schema, dict):
         return [f"$: expected a JSON Schema object, got a {type(schema).__name__}"]
     problems: list[str] = []
@@ -126,16 +176,22 @@ def _canonical(schema: dict[str, Any]) -> str:
 def check_schema(schema: Any) -> list[str]:
     """The problems of a user's JSON Schema, each naming the JSON path inside the schema and
     what to do; empty when it is fine. Pure, no network; memoised by canonical JSON."""
+    return list(_checked(schema)[1])
+
+
+def _checked(schema: Any) -> tuple[str, tuple[str, ...]]:
+    """(canonical JSON, problems). The shape caps run first, on every call: nothing is
+    serialised, looked up or cached for a document past them (the text is then "")."""
     problems = _shape_problems(schema)
     if problems:
-        return problems
+        return "", tuple(problems)
     text = _canonical(schema)
     if len(text) > MAX_SCHEMA_CHARS:
-        return [
+        return "", (
             f"$: the schema is {len(text)} characters of JSON, more than {MAX_SCHEMA_CHARS}; "
-            "make it smaller"
-        ]
-    return list(_check_text(text))
+            "make it smaller",
+        )
+    return text, _check_text(text)
 
 
 def _dialect(schema: dict[str, Any]) -> tuple[str | None, type[Any] | None]:
@@ -206,10 +262,10 @@ class SchemaValidator:
 def validator_for(schema: Any) -> SchemaValidator:
     """A memoised validator for `schema` (keyed by its canonical JSON) that matches patterns
     with RE2. Raises InvalidSchema, naming the first problems, when `check_schema` finds any."""
-    problems = check_schema(schema)
+    text, problems = _checked(schema)  # serialised once, validator looked up by that text
     if problems:
         raise invalid_schema("; ".join(problems))
-    return _validator(_canonical(schema))
+    return _validator(text)
 
 
 def user_schema(value: Any) -> Any:

@@ -3,39 +3,37 @@ reason (ResolutionError) — no model is called when one of these fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
-
-from pydantic import ValidationError
 
 from ..api import Resource
 from ..api.task import Reason
-from ..errors import ResolutionError, StoreError, validation_problem
+from ..errors import ResolutionError, StoreError
+from .parsecache import CACHE
 from .store import DescribesSecrets, ObjectStore
 
 R = TypeVar("R", bound=Resource)
 
 
-def parse(model: type[R], body: dict[str, object], what: str) -> R:
-    """`body` as `model`, or InvalidSpec naming the object and the field."""
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ResolutionError(
-            "InvalidSpec", f"{what} is invalid at {validation_problem(exc)}"
-        ) from None
-
-
 async def get(
-    store: ObjectStore, model: type[R], namespace: str, name: str, reason: Reason, what: str
+    store: ObjectStore,
+    model: type[R],
+    namespace: str,
+    name: str,
+    reason: Reason,
+    what: str,
+    check: Callable[[R], None] | None = None,
 ) -> R:
-    """The object, or `reason` when it is missing or cannot be read."""
+    """The object, or `reason` when it is missing or cannot be read (InvalidSpec when it does
+    not parse, or what `check` raises). Parsed and checked once per uid and resourceVersion
+    (parsecache): the model is shared, never mutate it."""
     try:
         body = await store.get(model.model_fields["kind"].default, namespace, name)
     except StoreError as exc:
         raise ResolutionError(reason, f"{what} could not be read: {exc}") from None
     if body is None:
         raise ResolutionError(reason, f"{what} does not exist in namespace {namespace!r}")
-    return parse(model, body, what)
+    return CACHE.parse(model, body, what, check)
 
 
 MAX_LISTED_KEYS = 20

@@ -43,14 +43,25 @@ def _check_schema(schema: dict[str, object], where: str) -> None:
         raise ResolutionError("InvalidSpec", f"{where} is {problem}")
 
 
+def _check_tool(tool: Tool) -> None:
+    if tool.spec.input_schema is not None:
+        _check_schema(tool.spec.input_schema, f"Tool {tool.name!r} spec.inputSchema")
+
+
+def _check_agent(agent: Agent) -> None:
+    if agent.spec.output_schema is not None:
+        _check_schema(agent.spec.output_schema, f"Agent {agent.name!r} spec.outputSchema")
+
+
 async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
-    tool = await fetch.get(store, Tool, namespace, name, "ToolNotFound", f"Tool {name!r}")
+    # The schema is checked once per version of the Tool (fetch's parse cache).
+    tool = await fetch.get(
+        store, Tool, namespace, name, "ToolNotFound", f"Tool {name!r}", check=_check_tool
+    )
     try:
         visible = model_tool_name(name)
     except ValueError as exc:
         raise ResolutionError("InvalidSpec", str(exc)) from None
-    if tool.spec.input_schema is not None:
-        _check_schema(tool.spec.input_schema, f"Tool {name!r} spec.inputSchema")
     secret_ref = (tool.spec.http and tool.spec.http.secret_ref) or (
         tool.spec.mcp and tool.spec.mcp.secret_ref
     )
@@ -77,7 +88,13 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     """Build the snapshot of one Task, or raise ResolutionError (PolicyUnavailable included)."""
     ns = task.namespace
     agent = await fetch.get(
-        store, Agent, ns, task.spec.agent_ref, "AgentNotFound", f"Agent {task.spec.agent_ref!r}"
+        store,
+        Agent,
+        ns,
+        task.spec.agent_ref,
+        "AgentNotFound",
+        f"Agent {task.spec.agent_ref!r}",
+        check=_check_agent,  # its output schema, once per version of the Agent
     )
     spec = agent.spec
     policies = await policy_mod.selecting_policies(store, agent)
@@ -129,9 +146,8 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     output_schema = (
         task.spec.output_schema if task.spec.output_schema is not None else spec.output_schema
     )
-    if output_schema is not None:
-        source = "Task" if task.spec.output_schema is not None else f"Agent {agent.name!r}"
-        _check_schema(output_schema, f"{source} spec.outputSchema")
+    if task.spec.output_schema is not None:  # the Agent's was checked when it was read
+        _check_schema(task.spec.output_schema, "Task spec.outputSchema")
     on_denied = policy_mod.on_tool_denied(policies)
 
     content = {
