@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from ordo.api import Agent, Tool
+from ordo.errors import PolicyUnavailable
 from ordo.runtime import execute
-from ordo.runtime.parsecache import ParseCache
+from ordo.runtime.parsecache import CACHE, ParseCache
+from ordo.runtime.policies import live_policy, permissions, selecting_policies
 from ordo.runtime.resolve import ResolutionError, resolve
 from support.engine_fakes import (
     DictStore,
@@ -19,6 +21,9 @@ from support.engine_fakes import (
     agent,
     mock_endpoint,
     mock_tool,
+    permission,
+    policy,
+    role,
     task,
     turn_calls,
 )
@@ -206,3 +211,112 @@ def test_a_model_cached_without_a_check_is_checked_for_a_caller_that_asks() -> N
     with pytest.raises(ResolutionError, match="refused"):
         cache.parse(Tool, body, "Tool", check=refuse)
     assert cache.parse(Tool, body, "Tool") is unchecked
+
+
+# -- governance objects (runtime/policies.py): AgentPolicy, AgentRole, ToolPermission ------
+
+
+def governed_agent(**spec: Any) -> Agent:
+    return Agent.model_validate(versioned(agent(**spec)))
+
+
+def policy_body(store: DictStore, name: str = "strict") -> dict[str, Any]:
+    return store.objects[("AgentPolicy", "default", name)]
+
+
+async def test_an_unchanged_policy_is_parsed_once() -> None:
+    store = DictStore(versioned(policy("strict", maxSteps=5)))
+    first = await selecting_policies(store, governed_agent())
+    second = await selecting_policies(store, governed_agent())
+    assert [p.name for p in first] == ["strict"]
+    assert second[0] is first[0]
+
+
+async def test_a_changed_policy_is_seen_by_the_next_parse() -> None:
+    """The run's re-read (live_policy, at each step) sees the new resourceVersion."""
+    store = DictStore(versioned(policy("strict", maxSteps=5)))
+    the_agent = governed_agent(limits={"maxSteps": 10})
+    refresh = live_policy(store, task(), the_agent, None, None)
+    assert (await refresh()).max_steps == 5
+    changed = policy_body(store)
+    changed["spec"] = {"maxSteps": 3, "suspend": True}
+    store.put(versioned(changed, version=2))
+    update = await refresh()
+    assert (update.max_steps, update.suspended_by) == (3, "strict")
+    assert (await selecting_policies(store, the_agent))[0].metadata.resource_version == "2"
+
+
+async def test_an_invalid_policy_fails_every_time_until_fixed() -> None:
+    store = DictStore(versioned(policy("strict", maxSteps=5)))
+    the_agent = governed_agent()
+    await selecting_policies(store, the_agent)  # version 1 is valid and cached
+    broken = policy_body(store)
+    broken["spec"]["maxSteps"] = 0  # the CRD refuses it today; stored before, it is read
+    store.put(versioned(broken, version=2))
+    messages = []
+    for _ in range(3):
+        with pytest.raises(PolicyUnavailable) as info:
+            await selecting_policies(store, the_agent)
+        assert info.value.reason == "PolicyUnavailable"
+        messages.append(info.value.message)
+    assert messages[0] == messages[1] == messages[2]
+    assert messages[0].startswith("AgentPolicy 'strict' is invalid at spec.maxSteps")
+    assert messages[0].endswith("; fix or delete it (the run fails closed)")
+    fixed = policy_body(store)
+    fixed["spec"]["maxSteps"] = 2
+    store.put(versioned(fixed, version=3))
+    assert (await selecting_policies(store, the_agent))[0].spec.max_steps == 2
+
+
+async def test_unchanged_roles_and_permissions_are_parsed_once() -> None:
+    store = DictStore(
+        versioned(role("reader", "tool:search:invoke")),
+        versioned(permission("search-invoke", "search", "tool:search:invoke")),
+    )
+    the_agent = governed_agent(roles=["reader"])
+    CACHE.clear()
+    first = await permissions(store, the_agent)
+    assert len(CACHE) == 2  # the role and the permission
+    second = await permissions(store, the_agent)
+    assert len(CACHE) == 2
+    assert first == second and first.unreadable is None
+    assert first.granted == frozenset({"tool:search:invoke"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "invalid", "valid", "reason"),
+    [
+        (
+            "AgentRole",
+            "reader",
+            {"permissions": ["NOT-VALID"]},
+            {"permissions": ["tool:*:invoke"]},
+            "AgentRole 'reader' is invalid",
+        ),
+        (
+            "ToolPermission",
+            "search-invoke",
+            {"toolRef": "search", "requiredPermissions": ["not a permission"]},
+            {"toolRef": "search", "requiredPermissions": ["tool:search:invoke"]},
+            "ToolPermission 'search-invoke' is invalid",
+        ),
+    ],
+)
+async def test_an_invalid_role_or_permission_cannot_decide_every_time_until_fixed(
+    kind: str, name: str, invalid: dict[str, Any], valid: dict[str, Any], reason: str
+) -> None:
+    store = DictStore(
+        versioned(role("reader", "tool:search:invoke")),
+        versioned(permission("search-invoke", "search", "tool:search:invoke")),
+    )
+    the_agent = governed_agent(roles=["reader"])
+    assert (await permissions(store, the_agent)).unreadable is None  # version 1 cached
+    body = store.objects[(kind, "default", name)]
+    body["spec"] = invalid
+    store.put(versioned(body, version=2))
+    for _ in range(3):
+        assert (await permissions(store, the_agent)).unreadable == reason
+    body = store.objects[(kind, "default", name)]
+    body["spec"] = valid
+    store.put(versioned(body, version=3))
+    assert (await permissions(store, the_agent)).unreadable is None

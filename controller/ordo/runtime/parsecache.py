@@ -109,6 +109,7 @@ class ParseCache:
 
 
 CACHE = ParseCache()
-"""The process's cache of referenced objects (fetch.get reads through it)."""
+"""The process's cache of referenced objects (fetch.get and the governance reads of
+runtime/policies.py go through it)."""
 
 __all__ = ["CACHE", "MAX_ENTRIES", "ParseCache", "parse_body"]

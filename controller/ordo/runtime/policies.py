@@ -9,13 +9,15 @@ permissions, and the limits. Everything here fails closed:
 - `allowedTools` only narrows (policies intersect), and a policy with `suspend: true` stops
   the Agents it selects;
 - `live_policy` re-reads all of it at each step boundary of a run (engine/livepolicy.py).
+
+Each object is parsed once per uid and resourceVersion (runtime/parsecache.py, shared models:
+never mutate them); one that does not parse is refused at every read, never cached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from pydantic import ValidationError
+from typing import Any
 
 from ..api import (
     MEMORY_OPERATIONS,
@@ -32,8 +34,15 @@ from ..engine.approvals import ApprovalRule
 from ..engine.governance import Governance, PermissionRule, memory_policy_names
 from ..engine.livepolicy import PolicyRefresh, PolicyUpdate
 from ..engine.state import OnToolDenied
-from ..errors import PolicyUnavailable, ResolutionError, StoreError, validation_problem
+from ..errors import PolicyUnavailable, ResolutionError, StoreError
+from .parsecache import CACHE
 from .store import ObjectStore
+
+
+def _name(body: dict[str, Any]) -> str:
+    meta = body.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else "?"
 
 
 async def selecting_policies(store: ObjectStore, agent: Agent) -> list[AgentPolicy]:
@@ -48,12 +57,10 @@ async def selecting_policies(store: ObjectStore, agent: Agent) -> list[AgentPoli
     policies: list[AgentPolicy] = []
     for body in bodies:
         try:
-            policy = AgentPolicy.model_validate(body)
-        except ValidationError as exc:
-            name = (body.get("metadata") or {}).get("name", "?")
+            policy = CACHE.parse(AgentPolicy, body, f"AgentPolicy {_name(body)!r}")
+        except ResolutionError as exc:  # "AgentPolicy 'x' is invalid at <field>"; never cached
             raise PolicyUnavailable(
-                f"AgentPolicy {name!r} is invalid at {validation_problem(exc)}; fix or delete it "
-                "(the run fails closed)"
+                f"{exc.message}; fix or delete it (the run fails closed)"
             ) from None
         selector = policy.spec.agent_selector
         if selector is None or selector.matches(agent.metadata.labels or {}):
@@ -235,9 +242,11 @@ async def permissions(store: ObjectStore, agent: Agent) -> Permissions:
             missing.append(role_name)
             continue
         try:
-            granted.update(AgentRole.model_validate(body).spec.permissions)
-        except ValidationError:
+            role = CACHE.parse(AgentRole, body, f"AgentRole {role_name!r}")
+        except ResolutionError:
             unreadable = unreadable or f"AgentRole {role_name!r} is invalid"
+            continue
+        granted.update(role.spec.permissions)
     rules: dict[str, list[PermissionRule]] = {}
     try:
         bodies = await store.list("ToolPermission", ns)
@@ -245,10 +254,10 @@ async def permissions(store: ObjectStore, agent: Agent) -> Permissions:
         bodies = []
         unreadable = unreadable or f"ToolPermissions could not be read ({exc})"
     for body in bodies:
+        name = _name(body)
         try:
-            perm = ToolPermission.model_validate(body)
-        except ValidationError:
-            name = (body.get("metadata") or {}).get("name", "?")
+            perm = CACHE.parse(ToolPermission, body, f"ToolPermission {name!r}")
+        except ResolutionError:
             unreadable = unreadable or f"ToolPermission {name!r} is invalid"
             continue
         rules.setdefault(perm.spec.tool_ref, []).append(
