@@ -9,11 +9,13 @@ import asyncio
 import io
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -434,7 +436,24 @@ spec: {{agentRef: quick-agent, input: hi}}
 """
 
 
+# The live view on a pipe, as a terminal would show it (rich reads these), one row a line.
+LIVE_VIEW_ON_A_PIPE = {
+    "TTY_COMPATIBLE": "1",
+    "TTY_INTERACTIVE": "1",
+    "TERM": "xterm",
+    "COLUMNS": "200",
+    "NO_COLOR": "1",
+    "PYTHONIOENCODING": "utf-8",
+}
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+QUICK_TASK_SUCCEEDED = re.compile(r"│ answers-at-once +│[^│]*│ Succeeded +│")
+
+
 def test_ctrl_c_names_the_running_tasks_and_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C is pressed once the slow Task is inside its tool call AND the live view shows
+    the quick Task Succeeded: both are explicit signals, so the verdict does not depend on
+    which Task the event loop happened to start first (under load the slow Task reached its
+    tool before the quick one had started, and was rightly reported still running)."""
     hanging = socket.socket()  # accepts the tool's connection and never answers
     hanging.bind(("127.0.0.1", 0))
     hanging.listen()
@@ -442,21 +461,35 @@ def test_ctrl_c_names_the_running_tasks_and_exits_130(tmp_path: Path) -> None:
     port = hanging.getsockname()[1]
     path = _write(tmp_path, SLOW_AND_FAST.format(port=port))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ordo.cli", "run", "-q", "-f", str(path)],
-        stdout=subprocess.PIPE,
+        [sys.executable, "-m", "ordo.cli", "run", "-f", str(path)],
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **LIVE_VIEW_ON_A_PIPE},
     )
+    lines: list[str] = []
+    quick_done = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in iter(proc.stderr.readline, b""):
+            lines.append(ANSI.sub("", raw.decode("utf-8", "replace")))
+            if QUICK_TASK_SUCCEEDED.search(lines[-1]):
+                quick_done.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
         conn, _ = hanging.accept()  # the slow Task is inside its tool call now
+        assert quick_done.wait(60), "".join(lines)  # and the quick one has finished
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
         conn.close()
     finally:
         hanging.close()
         if proc.poll() is None:
             proc.kill()
+        reader.join(60)
+    err = "".join(lines)
     assert proc.returncode == 130, err
     assert "still running: waits-on-tool" in err
     assert "finished: answers-at-once" in err
