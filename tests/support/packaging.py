@@ -54,8 +54,12 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
     | {("", "secrets", "get")}
     # The per-Task checkpoint ConfigMap ordo-checkpoint-<uid> (every save after the first is a
-    # JSON Patch fenced on its execution annotation: patch).
-    | {("", "configmaps", v) for v in ("get", "create", "update", "patch", "delete")}
+    # JSON Patch fenced on its execution annotation: patch); those of finished Tasks are
+    # deleted in batches by their ordo.dev/checkpoint-uid label (deletecollection).
+    | {
+        ("", "configmaps", v)
+        for v in ("get", "create", "update", "patch", "delete", "deletecollection")
+    }
     # ordo's own Events (core/v1).
     | {("", "events", "create")}
     # Execution mode Job (operator/jobs.py): the Job ordo-task-<uid> (created, watched by kopf,

@@ -164,7 +164,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, update, patch, delete]
+  verbs: [get, create, update, patch, delete, deletecollection]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

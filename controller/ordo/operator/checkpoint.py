@@ -17,7 +17,7 @@ import binascii
 import gzip
 import json
 import zlib
-from typing import Any
+from typing import Any, Protocol
 
 from ..engine.events import Checkpoint, Event
 from ..engine.state import RunState
@@ -31,12 +31,19 @@ MAX_BYTES = 900_000
 MAX_STATE_BYTES = 64 * 1024 * 1024
 """Largest uncompressed checkpoint this process will inflate."""
 LABEL = "ordo.dev/checkpoint-of"
+UID_LABEL = "ordo.dev/checkpoint-uid"
+"""The Task's uid, so that the checkpoints of finished Tasks are deleted in batches by label
+(reaper.py); checkpoints of earlier versions lack it and are deleted one by one."""
 EXECUTION_ANNOTATION = "ordo.dev/execution-id"
 SNAPSHOT_ANNOTATION = "ordo.dev/snapshot-hash"
 KEY = "state.json.gz"
 LEGACY_KEY = "state.json"
 """Uncompressed checkpoints of earlier versions, in `data` (still loaded)."""
 TAKEOVER_ATTEMPTS = 5
+
+
+class CheckpointDeleter(Protocol):
+    def delete_later(self, namespace: str, uid: str) -> None: ...
 
 
 def name_for(task: dict[str, Any]) -> str:
@@ -120,6 +127,9 @@ class CheckpointStore:
         """This store created, wrote or took over the checkpoint (or tried to): only then can
         there be one of ours to delete."""
         self.writes = 0
+        self.labelled = False
+        """The checkpoint we own carries `UID_LABEL` (we created it): a batched delete by
+        label (reaper.py) finds it."""
 
     def _object(self, payload: bytes | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -130,6 +140,7 @@ class CheckpointStore:
                 "namespace": self._ns,
                 "labels": {
                     LABEL: self._task["metadata"]["name"][:63],
+                    UID_LABEL: self._task["metadata"]["uid"],
                     "app.kubernetes.io/managed-by": "ordo",
                 },
                 "annotations": {
@@ -191,7 +202,7 @@ class CheckpointStore:
         for _ in range(TAKEOVER_ATTEMPTS):
             try:
                 created = await self._client.create("ConfigMap", self._ns, self._object(payload))
-                self._owned = True
+                self._owned = self.labelled = True
                 self._rv = _resource_version(created)
                 return True
             except ApiError as exc:
@@ -205,6 +216,7 @@ class CheckpointStore:
             if owner != self._execution_id:
                 raise Fenced("ConfigMap", self._name)
             self._owned = True
+            self.labelled = _labelled(current)
             self._rv = _resource_version(current)
             return False
         raise ApiError(0, "TransportError", "checkpoint create did not settle")
@@ -228,7 +240,7 @@ class CheckpointStore:
                     if exc.conflict or exc.transient:
                         continue  # someone created it meanwhile, or maybe we did: read again
                     raise
-                self._owned = True
+                self._owned = self.labelled = True
                 self._rv = _resource_version(marker)
                 return None
             annotations: dict[str, str] = dict(body["metadata"].get("annotations") or {})
@@ -239,6 +251,10 @@ class CheckpointStore:
                 adopted["metadata"] = dict(
                     body["metadata"],
                     annotations={**annotations, EXECUTION_ANNOTATION: self._execution_id},
+                    labels={
+                        **(body["metadata"].get("labels") or {}),
+                        UID_LABEL: self._task["metadata"]["uid"],
+                    },
                 )
                 try:
                     # Conditional on the resourceVersion read: a write in between is a 409.
@@ -250,9 +266,23 @@ class CheckpointStore:
                         continue
                     raise
                 self._rv = _resource_version(replaced)
+                body = replaced or adopted
             self._owned = True
+            self.labelled = _labelled(body)
             return None if state is None else (state, annotations)
         raise ApiError(409, "Conflict", "the checkpoint kept changing while being taken over")
+
+    def release_to(self, reaper: CheckpointDeleter) -> bool:
+        """Hand the deletion of the checkpoint to `reaper` (a batched delete by label) if this
+        execution created it, so that it carries the label; False otherwise (the caller
+        deletes it with `delete()`). Only for a Task whose terminal status is written: nobody
+        writes its checkpoint any more, so no precondition is needed."""
+        if not (self._owned and self.labelled):
+            return False
+        self._owned = False
+        self._rv = None
+        reaper.delete_later(self._ns, self._task["metadata"]["uid"])
+        return True
 
     async def delete(self) -> bool:
         """Delete the checkpoint if this execution owns it (conditional on the resourceVersion
@@ -293,6 +323,10 @@ class CheckpointStore:
             await self.save(event.state)
             if self._lease is not None:
                 self._lease.check()
+
+
+def _labelled(body: dict[str, Any]) -> bool:
+    return UID_LABEL in ((body.get("metadata") or {}).get("labels") or {})
 
 
 def _resource_version(body: dict[str, Any] | None) -> str | None:

@@ -52,6 +52,11 @@ REQUEST_TIMEOUT = httpx.Timeout(30.0)
 """Connect, read and pool timeout of every request (a watch sets its own read timeout)."""
 _TIMEOUT_EXTENSION = REQUEST_TIMEOUT.as_dict()
 
+METADATA_LIST_ACCEPT = (
+    "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+)
+"""Ask for the metadata of the objects a collection request returns, not the objects."""
+
 JsonPatch = list[dict[str, Any]]
 """RFC 6902 operations."""
 
@@ -283,6 +288,21 @@ class KubeClient:
         except ApiError as exc:
             if not exc.not_found:
                 raise
+
+    async def delete_collection(self, kind: str, namespace: str, label_selector: str) -> int:
+        """Delete every object of `kind` in `namespace` that `label_selector` selects, in one
+        request; the number deleted. The answer lists the deleted objects' metadata only
+        (`as=PartialObjectMetadataList`), not their contents. Retried after a transient
+        failure: deleting again what is gone is no error."""
+        result = await self._request(
+            "deletecollection",
+            "DELETE",
+            path(kind, namespace),
+            params={"labelSelector": label_selector},
+            headers={"Accept": METADATA_LIST_ACCEPT},
+            idempotent=True,
+        )
+        return len((result or {}).get("items") or [])
 
     async def patch(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False

@@ -19,7 +19,7 @@ from ..runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
 from ..runtime import status as status_mod
 from ..runtime.store import ObjectStore
 from . import approvals, logs
-from .checkpoint import CheckpointStore
+from .checkpoint import CheckpointDeleter, CheckpointStore
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
 from .metrics import Metrics
@@ -58,8 +58,11 @@ class Runner:
         keep_checkpoints: bool = False,
         flush_seconds: float = FLUSH_SECONDS,
         approval_timeout: float | None = None,
+        reaper: CheckpointDeleter | None = None,
     ) -> None:
         self.writer = writer
+        self.reaper = reaper
+        """Deletes finished Tasks' checkpoints in batches (reaper.py); None: one by one."""
         self.store = store
         self.metrics = metrics
         self.model_factory = model_factory
@@ -191,6 +194,8 @@ class Runner:
                 )
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
         if not self.keep_checkpoints and checkpoints.touched:
+            if self.reaper is not None and checkpoints.release_to(self.reaper):
+                return True
             try:
                 await checkpoints.delete()
             except Exception:

@@ -51,6 +51,7 @@ from .jobs import JobSettings, JobSupervisor, runs_in_job, select_mode
 from .kube import ApiError, KubeClient
 from .lease import held_elsewhere, lease_of
 from .metrics import Metrics
+from .reaper import CheckpointReaper
 from .references import DEFAULT_GRACE_SECONDS, ReferenceWait, WaitForReferences
 from .runner import RunAbandoned, Runner
 from .store import KubeStore
@@ -164,6 +165,8 @@ class TaskScheduler:
         )
         store = store or KubeStore(client)
         self.store = store
+        self.reaper = CheckpointReaper(client)
+        """Deletes the checkpoints of the Tasks this process finished, in batches."""
         self.references = ReferenceWait(
             client, store, self.writer.recorder, self.settings.reference_grace_seconds
         )
@@ -174,6 +177,7 @@ class TaskScheduler:
             model_factory,
             keep_checkpoints=self.settings.keep_checkpoints,
             approval_timeout=self.settings.approval_timeout,
+            reaper=self.reaper,
         )
         self.approvals = ApprovalGate(client, cache, self.metrics)
         """Holds the jobs of Tasks that wait for tool-call approvals (operator/approvals.py)."""
@@ -343,6 +347,10 @@ class TaskScheduler:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self.reaper.close()
+        except Exception:
+            log.warning("checkpoints of finished Tasks could not be deleted at shutdown")
 
     def _spawn(self, coro: Any) -> None:
         t: asyncio.Task[None] = asyncio.create_task(coro)
