@@ -16,14 +16,14 @@ N Tasks at bound B is ceil(N / B) waves x 5 x 100 ms. API requests per Task come
 operator's `ordo_kube_api_requests_total{verb}` (its own requests; kopf's watches are not
 counted), minus what it had counted before the Tasks were created.
 
-Past one process (`SCALING_CONFIGS`, `scaling_section`): the same N Tasks at bound B in three
+Past one process (`SCALING_CONFIGS`, `scaling_section`): the same N Tasks at bound B in four
 layouts, measured in the same run: one process; two replicas (two `ordo operator -n NS` on one
-namespace, racing for every Task through conditional claims and execution leases); two shards
-(two namespaces, N/2 Tasks each, one operator per namespace). Per process: the Tasks it ran
-(its `ordo_tasks_total`), its CPU, its API requests, and the claims it lost to the other
-replica (`ordo_task_claims_total{outcome=lost|held}`, or its log lines where the metric is not
-wired). The replicas' CPU per Task not run = (operators' CPU in the 2-replica layout - the
-1-process CPU per Task x N) / N: each Task is not run by exactly one of the two replicas.
+namespace, sharing the Tasks through reservations, conditional claims and execution leases);
+two shards (two namespaces, N/2 Tasks each, one operator per namespace); two replicas, one
+small (bounds B and SMALL_BOUND). Per process: the Tasks it ran (its `ordo_tasks_total`), its
+CPU, its API requests, the claims it lost to the other replica
+(`ordo_task_claims_total{outcome=lost|held}`), and its fixed CPU (idle rate x wall time). The
+CPU a replica spends per Task it does not run comes from the last layout (`unrun_cpu_ms`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,12 @@ STEPS = 5
 TOOL_STEPS = 4
 CONFIGS = ((100, 20), (100, 100), (500, 20), (500, 100))
 QUICK_CONFIGS = ((10, 5),)
-LAYOUTS = ("1 process", "2 replicas", "2 shards")
+LAYOUTS = ("1 process", "2 replicas", "2 shards", "2 replicas, one small")
+SMALL_BOUND = 1
+"""The small replica's bound in the last layout: it runs a few Tasks and watches the rest."""
+IDLE_WINDOW_S = 2.0
+"""Before each measured run: each process's CPU while idle, scraped as during the run (its
+fixed cost per second: the scrapes, timers, watches), subtracted from its per-Task figures."""
 SCALING_CONFIGS = ((300, 50),)
 QUICK_SCALING_CONFIGS = ((10, 5),)
 TARGET_REQUESTS_EXTRA = 5
@@ -188,6 +193,8 @@ class ProcessFigures:
     requests: float
     claims_lost: float
     """Claims it lost to another process (lost + held)."""
+    fixed_cpu_ms: float = 0.0
+    """Its idle CPU rate (IDLE_WINDOW_S before the run) times the run's wall time."""
 
 
 @dataclass
@@ -237,6 +244,8 @@ class _Measured:
     metrics: list[dict[str, dict[str, float]]]
     cpu_ms: dict[str, float]
     """CPU milliseconds over the run: each operator (op0, op1...), kube-apiserver, etcd."""
+    idle_cpu_ms_per_s: dict[str, float]
+    """Each operator's CPU per second while idle, just before the run (scraped as in it)."""
     model_calls: float
     phases: list[Any]
 
@@ -258,8 +267,18 @@ def _measure(
     from tests.support.operator import tasks
 
     time.sleep(1.0)  # let the first resync of the Agent/Tools settle
-    before = [_by_verb(parse_metrics(op.metrics())) for op in ops]
     pids = {f"op{i}": op.proc.pid for i, op in enumerate(ops)} | dict(cp.pids)
+    idle_before = {f"op{i}": cpu_seconds(op.proc.pid) for i, op in enumerate(ops)}
+    t_idle = time.monotonic()
+    while time.monotonic() - t_idle < IDLE_WINDOW_S:
+        for op in ops:
+            parse_metrics(op.metrics())
+        time.sleep(0.2)
+    idle_rate = {
+        name: (cpu_seconds(pids[name]) - v) * 1000 / (time.monotonic() - t_idle)
+        for name, v in idle_before.items()
+    }
+    before = [_by_verb(parse_metrics(op.metrics())) for op in ops]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     calls_before = server.stats()["model_calls"]
     share = math.ceil(count / len(namespaces))
@@ -297,6 +316,7 @@ def _measure(
         [_by_verb(m) for m in metrics],
         metrics,
         cpu_ms,
+        idle_rate,
         server.stats()["model_calls"] - calls_before,
         [(t.get("status") or {}).get("phase") for ns in namespaces for t in tasks(cp, ns)],
     )
@@ -332,6 +352,7 @@ def _scaling_row(layout: str, count: int, bound: int, m: _Measured, ops: list[An
             m.cpu_ms[f"op{i}"],
             sum(m.after[i].values()) - sum(m.before[i].values()),
             _claims_lost(m.metrics[i], op.log_records()),
+            m.idle_cpu_ms_per_s[f"op{i}"] * m.wall_s,
         )
         for i, op in enumerate(ops)
     ]
@@ -377,6 +398,7 @@ def run(
                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
             )
             processes = 1 if layout == "1 process" else 2
+            bounds = [bound, SMALL_BOUND] if layout == "2 replicas, one small" else [bound] * 2
             ops = []
             for i in range(processes):
                 ns = namespaces[i] if shards else namespaces[0]
@@ -386,7 +408,7 @@ def run(
                         f"{ns}-{i}",
                         Path(logs),
                         "--max-concurrent-tasks",
-                        str(bound),
+                        str(bounds[i]),
                         scope=["-n", ns],
                     ).start()
                 )
@@ -434,16 +456,27 @@ def run(
 
 
 def unrun_cpu_ms(result: OperatorResult, count: int, bound: int) -> tuple[float, float] | None:
-    """(the replicas' extra CPU per Task, the 1-process CPU per Task) for one scaling config:
-    each Task is run by one replica and not run by the other, so the extra CPU of the
-    2-replica layout over the 1-process one, per Task, is what a replica spends on a Task it
-    does not run."""
-    by_layout = {r.layout: r for r in result.scaling if (r.tasks, r.bound) == (count, bound)}
-    one, two = by_layout.get("1 process"), by_layout.get("2 replicas")
-    if one is None or two is None:
+    """(CPU ms a replica spends per Task it does not run, CPU ms per Task run), both net of
+    each process's fixed cost (its idle CPU rate over the run's wall time), from the
+    "2 replicas, one small" layout of one scaling config: the big replica runs almost every
+    Task, which gives the CPU per Task run; the small one (bound SMALL_BOUND) runs a few and
+    watches the rest, all in the same run. Measured in one run rather than as the difference
+    of two layouts (run one after the other, whose CPU per Task differs by more than the
+    figure sought)."""
+    rows = [
+        r
+        for r in result.scaling
+        if (r.tasks, r.bound) == (count, bound) and r.layout == "2 replicas, one small"
+    ]
+    if not rows or len(rows[0].processes) != 2:
         return None
-    base = one.operator_cpu_ms_per_task
-    return two.operator_cpu_ms_per_task - base, base
+    big, small = rows[0].processes
+    if not big.tasks_run or small.tasks_run >= count:
+        return None
+    per_run = (big.cpu_ms - big.fixed_cpu_ms) / big.tasks_run
+    not_run = count - small.tasks_run
+    per_unrun = (small.cpu_ms - small.fixed_cpu_ms - small.tasks_run * per_run) / not_run
+    return per_unrun, per_run
 
 
 Check = tuple[str, bool | None, str]
@@ -476,11 +509,13 @@ def scaling_section(report: Any, result: OperatorResult) -> list[Check]:
         return checks
     report.text(
         "### Past one process: replicas and shards\n\n"
-        "The same Tasks in three layouts, one after the other in this run: one `ordo operator`; "
-        "two replicas (two processes on one namespace, racing for every Task through "
+        "The same Tasks in four layouts, one after the other in this run: one `ordo operator`; "
+        "two replicas (two processes on one namespace, sharing the Tasks through reservations, "
         "conditional claims and execution leases); two shards (two namespaces with half the "
-        "Tasks each, one process per namespace, as the chart's `shards:` deploys them). Each "
-        "process has the bound. *x 1 process* = Tasks/s over the 1-process layout's. Claims "
+        "Tasks each, one process per namespace, as the chart's `shards:` deploys them); two "
+        f"replicas, one small (bound {SMALL_BOUND}: it runs a few Tasks and watches the rest, "
+        "which measures what a replica spends on a Task it does not run). Each process has "
+        "the bound unless said. *x 1 process* = Tasks/s over the 1-process layout's. Claims "
         "lost = claims a process lost to the other (`ordo_task_claims_total{outcome=lost|held}`)."
     )
     base = {(r.tasks, r.bound): r.tasks_per_s for r in result.scaling if r.layout == "1 process"}
@@ -525,6 +560,7 @@ def scaling_section(report: Any, result: OperatorResult) -> list[Check]:
             p.name.rsplit("-", 1)[-1],
             f"{p.tasks_run:.0f}",
             f"{p.cpu_ms / 1000:.2f}",
+            f"{p.fixed_cpu_ms / 1000:.2f}",
             f"{p.cpu_ms / p.tasks_run:.0f}" if p.tasks_run else "-",
             f"{p.requests:.0f}",
             f"{p.claims_lost:.0f}",
@@ -539,6 +575,7 @@ def scaling_section(report: Any, result: OperatorResult) -> list[Check]:
             "process",
             "Tasks run",
             "CPU s",
+            "of it fixed (idle rate x wall) s",
             "CPU ms / Task run",
             "API requests",
             "claims lost",
@@ -555,7 +592,8 @@ def scaling_section(report: Any, result: OperatorResult) -> list[Check]:
                 "A replica pays ≤ 10% of a Task's CPU for a Task it does not run",
                 extra <= TARGET_UNRUN_SHARE * one,
                 f"{extra:.1f} ms per Task not run vs {one:.1f} ms per Task run "
-                f"({extra / one:.2f}x; {count} Tasks, 2 replicas)",
+                f"({extra / one:.2f}x; {count} Tasks, a replica with bound {SMALL_BOUND} beside "
+                f"one with bound {bound}, fixed costs taken out)",
             )
         )
     return checks

@@ -279,6 +279,7 @@ async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment(
     assert [p for _, p in writes(api)] == [
         f"/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t-{mine[0]}"
     ]
+    assert theirs[0] not in s._jobs  # a timer, not a job
     # The peer reserves its Task: nothing more here.
     s.observe(task_named(theirs[0], {"phase": "Pending"}, [FINALIZER]), "MODIFIED")
     await asyncio.sleep(0.2)

@@ -300,3 +300,41 @@ async def test_relogin_on_401_then_close() -> None:
         await client.close()
         await cleanup()
     assert tokens == ["Bearer old", "Bearer new"]
+
+
+async def test_watch_lines_split_across_chunks_blank_lines_and_utf8_are_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Watch events are split on newlines as bytes (no text decoding first): an event cut
+    across chunks, even inside a multi-byte character, is read whole; blank lines are
+    skipped; a line past the bound ends the watch with a clear error, not unbounded memory."""
+    from ordo.operator import kube as kube_mod
+
+    first = '{"type":"ADDED","object":{"name":"caf\u00e9"}}\n'.encode()
+    cut = first.index(b"\xa9")  # inside the two bytes of the e-acute
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(first[:cut])
+        await response.write(first[cut:] + b"\n  \n" + b'{"type":"MODIFIED",')
+        await response.write(b'"object":{"n":2}}')  # the last line needs no newline
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/apis/ordo.dev/v1alpha1/namespaces/ns/tasks", watch)
+    port, cleanup = await serve_aiohttp(app)
+    client = KubeClient(info(f"http://127.0.0.1:{port}"))
+    try:
+        events = [e async for e in client.watch("Task", "ns", "1")]
+        assert events == [
+            {"type": "ADDED", "object": {"name": "caf\u00e9"}},
+            {"type": "MODIFIED", "object": {"n": 2}},
+        ]
+        monkeypatch.setattr(kube_mod, "MAX_WATCH_EVENT_BYTES", 10)
+        with pytest.raises(ApiError, match="larger than the bound"):
+            _ = [e async for e in client.watch("Task", "ns", "1")]
+    finally:
+        await client.close()
+        await cleanup()

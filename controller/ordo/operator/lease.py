@@ -48,14 +48,15 @@ def _micro(dt: datetime) -> str:
 
 
 def _parse(value: str | None) -> datetime | None:
-    if not value:
+    """A UTC timestamp (`...Z`, with or without fractions), else None. `fromisoformat`, not
+    `strptime`: this runs for every watch event of a running Task in every replica, and
+    strptime costs about 40 times as much."""
+    if not isinstance(value, str) or not value.endswith("Z") or "T" not in value:
         return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(value, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
+    try:
+        return datetime.fromisoformat(value).astimezone(UTC)
+    except ValueError:
+        return None
 
 
 def lease_of(task: dict[str, Any]) -> dict[str, Any]:

@@ -257,6 +257,16 @@ class TaskScheduler:
             # or is claiming it: look at it only if its events stop for a lease period.
             self._look_later(uid, self.settings.lease_seconds, self._start, body)
             return
+        elif (
+            phase in (None, "Pending")
+            and not deleting
+            and not spec.get("cancel")
+            and self._preferred(uid) != self.identity
+        ):
+            # Another replica's share of new Tasks: it reserves at once if it has a free
+            # slot, and its write is this Task's next event. No job here unless it has not.
+            self._look_later(uid, DEFER_TO_PREFERRED_SECONDS, self._start, body)
+            return
         self._start(body)
 
     def _start(self, body: dict[str, Any]) -> None:
@@ -465,12 +475,6 @@ class TaskScheduler:
             # A new Task nobody reserved yet (a reserved one is looked at here only after its
             # events stopped for a lease period, or by the job that reserved it).
             new = pending and FINALIZER not in (meta.get("finalizers") or [])
-            if new and not job.cancel.is_set() and self._preferred(meta["uid"]) != self.identity:
-                # Another replica's share: it reserves at once if it has a free slot.
-                await self._watch_for(job, DEFER_TO_PREFERRED_SECONDS)
-                if job.taken_elsewhere():
-                    job.revisit = job.body
-                    return
             must_wait = self._capacity.locked()
             if must_wait and not job.cancel.is_set():
                 if new:
@@ -480,7 +484,9 @@ class TaskScheduler:
                         job.revisit = job.body
                         return
                     body = job.body or body
-                await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
+                # One mark per Task: by the replica its hash prefers (which usually runs it).
+                if not new or self._preferred(meta["uid"]) == self.identity:
+                    await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
             got = await acquire(
                 self._capacity,
                 job.cancel,
