@@ -6,6 +6,7 @@ for its runner to remove, and is released here only if it is still there after a
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -219,7 +220,7 @@ async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.Mo
     free slot (or this one, once a slot frees) takes it. Reserving while full let a small or
     busy replica hoard Tasks that a free one could have run (found by a 2-replica run with
     bounds 1 and 50: 58 s instead of about 6 s for 300 Tasks)."""
-    monkeypatch.setattr(scheduler_mod, "MARK_DELAY_WHEN_FULL_SECONDS", 0.01)
+    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
     s = scheduler_for(api)
     s.settings.max_concurrent_tasks = 1
@@ -243,7 +244,7 @@ async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.Mo
 
 
 async def test_a_full_process_reserves_once_a_slot_frees(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_mod, "MARK_DELAY_WHEN_FULL_SECONDS", 0.01)
+    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
     s = scheduler_for(api)
     s._capacity = asyncio.Semaphore(1)
@@ -290,4 +291,39 @@ async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment(
     assert len(writes(api)) == 1
     await asyncio.sleep(0.2)
     assert writes(api)[-1][1].endswith(f"/tasks/t-{theirs[1]}")
+    await s.shutdown()
+
+
+async def test_a_short_wait_for_a_slot_is_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Task that gets a slot within the grace is never marked WaitingForCapacity (in a
+    burst that would be one more write per queued Task), and the grace does not hold the
+    slot back: a slot that frees during it is taken at once."""
+    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 10.0)
+    api = Api(patch=CONFLICT)
+    s = scheduler_for(api)
+    s._capacity = asyncio.Semaphore(1)
+    await s._capacity.acquire()
+    s.observe(task({}), "ADDED")
+    await asyncio.sleep(0.05)
+    assert writes(api) == []
+    s._capacity.release()
+    await asyncio.sleep(0.05)
+    # The reservation at once, and no mark (a status write) at all.
+    assert writes(api) == [("PATCH", "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1")]
+    await s.shutdown()
+
+
+async def test_a_long_wait_for_a_slot_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.05)
+    api = Api(patch=CONFLICT)
+    s = scheduler_for(api)
+    s._capacity = asyncio.Semaphore(1)
+    await s._capacity.acquire()
+    s.observe(task({}), "ADDED")
+    await asyncio.sleep(0.2)
+    marks = [r for r in api.requests if r.url.path.endswith("/status")]
+    assert len(marks) == 1
+    sent = json.loads(marks[0].content)
+    assert sent["metadata"]["resourceVersion"] == "5"  # conditional: a peer's write wins
+    assert sent["status"]["conditions"][0]["reason"] == "WaitingForCapacity"
     await s.shutdown()

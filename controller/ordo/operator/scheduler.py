@@ -61,10 +61,12 @@ from .writer import FINALIZER, TaskWriter
 RELEASE_GRACE_SECONDS = 5.0
 """How long a finished Task may keep ordo's finalizer before a process that did not run it
 removes it (the one that ran it does so right after its terminal write)."""
-MARK_DELAY_WHEN_FULL_SECONDS = 0.2
-"""A process with no free slot never reserves a new Task (a replica with a free slot takes
-it, or this one once a slot frees); it waits this long before marking the Task
-`WaitingForCapacity`, so that a Task another replica takes at once is not written twice."""
+WAITING_MARK_AFTER_SECONDS = 3.0
+"""A Task that waits this long for a slot is marked `Scheduled=False/WaitingForCapacity`
+(once, by the replica its hash prefers). A shorter wait is not written: in a burst that
+would be one more write per queued Task, for a state nobody sees. A process with no free
+slot never reserves a new Task meanwhile (a replica with a free slot takes it, or this one
+once a slot frees)."""
 DEFER_TO_PREFERRED_SECONDS = 0.1
 """How long a process leaves a new Task to the replica that the Task's hash prefers
 (`TaskScheduler._preferred`) before reserving it itself."""
@@ -476,23 +478,21 @@ class TaskScheduler:
             # events stopped for a lease period, or by the job that reserved it).
             new = pending and FINALIZER not in (meta.get("finalizers") or [])
             must_wait = self._capacity.locked()
+            marker: asyncio.Task[None] | None = None
             if must_wait and not job.cancel.is_set():
-                if new:
-                    # Not reserved while it waits: a replica with a free slot may take it.
-                    await self._watch_for(job, MARK_DELAY_WHEN_FULL_SECONDS)
-                    if job.taken_elsewhere():
-                        job.revisit = job.body
-                        return
-                    body = job.body or body
-                # One mark per Task: by the replica its hash prefers (which usually runs it).
-                if not new or self._preferred(meta["uid"]) == self.identity:
-                    await mark_waiting(self.client, body, self.settings.max_concurrent_tasks)
-            got = await acquire(
-                self._capacity,
-                job.cancel,
-                job.wake if new else None,
-                job.taken_elsewhere if new else None,
-            )
+                marker = asyncio.create_task(self._mark_later(job, body, new))
+            try:
+                # A new Task is not reserved while it waits: a replica with a free slot may
+                # take it, and its reservation (the Task's next event) ends the wait here.
+                got = await acquire(
+                    self._capacity,
+                    job.cancel,
+                    job.wake if new else None,
+                    job.taken_elsewhere if new else None,
+                )
+            finally:
+                if marker is not None:
+                    marker.cancel()
             self.metrics.pending.dec()
             waiting = False
             if got == TAKEN:
@@ -524,18 +524,22 @@ class TaskScheduler:
             if waiting:
                 self.metrics.pending.dec()
 
-    @staticmethod
-    async def _watch_for(job: Job, seconds: float) -> None:
-        """Wait `seconds`, or less if the Task's events show it taken by another process."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while not job.taken_elsewhere() and not job.cancel.is_set():
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            job.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(job.wake.wait(), left)
+    async def _mark_later(self, job: Job, body: dict[str, Any], new: bool) -> None:
+        """Mark the Task `WaitingForCapacity` once it has waited WAITING_MARK_AFTER_SECONDS
+        (cancelled when the wait ends first): by the replica its hash prefers, so one
+        replica writes it; not once another process took the Task."""
+        await asyncio.sleep(WAITING_MARK_AFTER_SECONDS)
+        if new and (
+            job.taken_elsewhere() or self._preferred(body["metadata"]["uid"]) != self.identity
+        ):
+            return
+        try:
+            await mark_waiting(self.client, job.body or body, self.settings.max_concurrent_tasks)
+        except ApiError as exc:
+            log.info(
+                "could not mark the Task as waiting for capacity",
+                extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+            )
 
     async def _fresh(self, job: Job, namespace: str, name: str) -> dict[str, Any] | None:
         """The Task as it is now, after a refused write: its next watch event (the write that
