@@ -215,6 +215,16 @@ def writes(api: Api) -> list[tuple[str, str]]:
     return [(r.method, r.url.path) for r in api.requests if r.method != "GET"]
 
 
+async def full_with_a_new_task(api: Api) -> TaskScheduler:
+    """A process whose one slot is taken (a Task runs here), seeing a new Task t1."""
+    s = scheduler_for(api)
+    s.settings.max_concurrent_tasks = 1
+    s._capacity = asyncio.Semaphore(1)
+    await s._capacity.acquire()
+    s.observe(task({}), "ADDED")
+    return s
+
+
 async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process with no free slot must not take a Task it cannot run yet: a replica with a
     free slot (or this one, once a slot frees) takes it. Reserving while full let a small or
@@ -222,11 +232,7 @@ async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.Mo
     bounds 1 and 50: 58 s instead of about 6 s for 300 Tasks)."""
     monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
-    s = scheduler_for(api)
-    s.settings.max_concurrent_tasks = 1
-    s._capacity = asyncio.Semaphore(1)
-    await s._capacity.acquire()  # one Task runs here
-    s.observe(task({}), "ADDED")
+    s = await full_with_a_new_task(api)
     await asyncio.sleep(0.1)
     # At most the WaitingForCapacity mark (a status write conditional on the
     # resourceVersion), never the finalizer: the Task is not reserved.
@@ -246,10 +252,7 @@ async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.Mo
 async def test_a_full_process_reserves_once_a_slot_frees(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
-    s = scheduler_for(api)
-    s._capacity = asyncio.Semaphore(1)
-    await s._capacity.acquire()
-    s.observe(task({}), "ADDED")
+    s = await full_with_a_new_task(api)
     await asyncio.sleep(0.1)
     assert not any(not p.endswith("/status") for _, p in writes(api))
     s._capacity.release()
@@ -300,10 +303,7 @@ async def test_a_short_wait_for_a_slot_is_not_written(monkeypatch: pytest.Monkey
     slot back: a slot that frees during it is taken at once."""
     monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 10.0)
     api = Api(patch=CONFLICT)
-    s = scheduler_for(api)
-    s._capacity = asyncio.Semaphore(1)
-    await s._capacity.acquire()
-    s.observe(task({}), "ADDED")
+    s = await full_with_a_new_task(api)
     await asyncio.sleep(0.05)
     assert writes(api) == []
     s._capacity.release()
@@ -316,10 +316,7 @@ async def test_a_short_wait_for_a_slot_is_not_written(monkeypatch: pytest.Monkey
 async def test_a_long_wait_for_a_slot_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.05)
     api = Api(patch=CONFLICT)
-    s = scheduler_for(api)
-    s._capacity = asyncio.Semaphore(1)
-    await s._capacity.acquire()
-    s.observe(task({}), "ADDED")
+    s = await full_with_a_new_task(api)
     await asyncio.sleep(0.2)
     marks = [r for r in api.requests if r.url.path.endswith("/status")]
     assert len(marks) == 1

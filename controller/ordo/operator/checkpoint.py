@@ -47,7 +47,11 @@ class CheckpointDeleter(Protocol):
 
 
 def name_for(task: dict[str, Any]) -> str:
-    return f"ordo-checkpoint-{task['metadata']['uid']}"
+    return name_for_uid(task["metadata"]["uid"])
+
+
+def name_for_uid(uid: str) -> str:
+    return f"ordo-checkpoint-{uid}"
 
 
 class CheckpointTooLarge(Interrupted):

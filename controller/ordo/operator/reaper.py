@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 
-from .checkpoint import UID_LABEL, name_for
+from .checkpoint import UID_LABEL, name_for_uid
 from .kube import ApiError, KubeClient
 
 FLUSH_SECONDS = 1.0
@@ -85,8 +85,6 @@ class CheckpointReaper:
             )
         for uid in uids:
             try:
-                await self._client.delete(
-                    "ConfigMap", namespace, name_for({"metadata": {"uid": uid}})
-                )
+                await self._client.delete("ConfigMap", namespace, name_for_uid(uid))
             except ApiError:
                 log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
