@@ -24,11 +24,11 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from .. import timestamps
 from ..api import TERMINAL_PHASES
 from ..api.toolapproval import ToolApproval
 from ..engine.approvals import (
@@ -50,17 +50,12 @@ KIND = "ToolApproval"
 
 
 def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.format_seconds(epoch)
 
 
 def epoch(value: Any) -> float | None:
-    """Epoch seconds of an RFC 3339 timestamp, or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    """Epoch seconds of an RFC 3339 timestamp, or None (ordo/timestamps.py: never local time)."""
+    return timestamps.epoch(value)
 
 
 # -- the Task side ----------------------------------------------------------------------

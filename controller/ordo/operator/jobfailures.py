@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
+from .. import timestamps
 from ..api.task import Reason
 
 IMAGE_NEVER_AVAILABLE = frozenset({"ErrImageNeverPull", "InvalidImageName"})
@@ -50,9 +51,8 @@ def _age(obj: Mapping[str, Any], now: datetime) -> float:
     created = (obj.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return 0.0
-    try:
-        at = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
+    at = timestamps.parse(created)
+    if at is None:
         return 0.0
     return max(0.0, (now - at).total_seconds())
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from .. import timestamps
 from ..api import parse_duration
 from ..api.agent import EXECUTION_MODES, ExecutionMode
 from .ownership import owner_reference
@@ -283,14 +283,7 @@ def remaining_timeout(
 
 
 def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
-        try:
-            return datetime.strptime(value, fmt).replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            continue
-    return None
+    return timestamps.epoch(value)
 
 
 def runs_in_job(task: Mapping[str, Any]) -> bool:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .. import timestamps
 from ..errors import LeaseLost
 from .kube import ApiError, JsonPatch, KubeClient, patch_test_failed
 
@@ -48,15 +49,9 @@ def _micro(dt: datetime) -> str:
 
 
 def _parse(value: str | None) -> datetime | None:
-    """A UTC timestamp (`...Z`, with or without fractions), else None. `fromisoformat`, not
-    `strptime`: this runs for every watch event of a running Task in every replica, and
-    strptime costs about 40 times as much."""
-    if not isinstance(value, str) or not value.endswith("Z") or "T" not in value:
-        return None
-    try:
-        return datetime.fromisoformat(value).astimezone(UTC)
-    except ValueError:
-        return None
+    """The instant of an RFC 3339 timestamp, else None (ordo/timestamps.py). This runs for
+    every watch event of a running Task in every replica: about 1 us."""
+    return timestamps.parse(value)
 
 
 def lease_of(task: dict[str, Any]) -> dict[str, Any]:

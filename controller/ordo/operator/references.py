@@ -11,9 +11,9 @@ annotation `ordo.dev/reference-grace` (a duration; `0s` fails at once, as before
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from .. import timestamps
 from ..api import Task, parse_duration
 from ..errors import ResolutionError
 from ..runtime import resolve
@@ -53,9 +53,8 @@ def age_seconds(body: dict[str, Any], now: float | None = None) -> float:
     created = (body.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return 0.0
-    try:
-        at = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
+    at = timestamps.epoch(created)
+    if at is None:
         return 0.0
     return max(0.0, (now if now is not None else time.time()) - at)
 

@@ -24,9 +24,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from .. import timestamps
 from ..api import TERMINAL_PHASES
 from . import checkpoint, jobs
 from .kube import ApiError, KubeClient
@@ -54,15 +54,7 @@ def ttl_seconds(body: dict[str, Any], default: float | None) -> float | None:
 
 def parse_time(value: Any) -> float | None:
     """An RFC 3339 timestamp as epoch seconds; None if absent or not a timestamp."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    return parsed.timestamp()
+    return timestamps.epoch(value)
 
 
 def finished_at(body: dict[str, Any]) -> float | None:

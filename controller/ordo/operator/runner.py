@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from .. import timestamps
 from ..api import Task
 from ..errors import Interrupted
 from ..runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
@@ -29,15 +29,8 @@ log = logging.getLogger("ordo.operator")
 
 
 def parse_time(value: str | None) -> float | None:
-    """Epoch seconds of an RFC 3339 timestamp as the operator writes it, or None."""
-    if not value:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
-        try:
-            return datetime.strptime(value, fmt).replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            continue
-    return None
+    """Epoch seconds of an RFC 3339 timestamp, or None (ordo/timestamps.py)."""
+    return timestamps.epoch(value)
 
 
 class RunAbandoned(Exception):
