@@ -7,6 +7,7 @@ missing or odd status, a clock exactly at the deadline, clocks that disagree."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -16,6 +17,7 @@ from ordo.engine import approvals as engine
 from ordo.engine.approvals import PendingApproval
 from ordo.engine.state import RunState
 from ordo.operator.approvals import (
+    ApprovalGate,
     acceptance,
     awaiting,
     awaiting_fields,
@@ -26,6 +28,7 @@ from ordo.operator.approvals import (
     resumed_fields,
     rfc3339,
 )
+from ordo.operator.metrics import Metrics
 
 BORN = 1_800_000_000.0
 """The Task's creationTimestamp (whole seconds, as the API server writes it)."""
@@ -72,6 +75,19 @@ def approval(
         "metadata": meta,
         "spec": {"taskRef": "t", "callId": call, "decision": decision, "reason": "r"},
     }
+
+
+class OneTask:
+    """The two reads the gate makes, of one Task and no ToolApprovals."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.body if kind == "Task" else None
+
+    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        return []
 
 
 def settled(body: dict[str, Any], found: list[dict[str, Any]], now: float) -> str:
@@ -214,18 +230,43 @@ def test_a_task_without_an_awaiting_status_waits_for_nothing(status: Any) -> Non
 def test_odd_pending_entries_are_read_without_failing() -> None:
     body = task(
         pending=[
-            {"callId": "c1", "tool": "deploy", "step": 1, "deadline": "not a time"},
             {"callId": "c2"},
             {"callId": "c3", "step": None, "requestedAt": "", "deadline": None},
         ]
     )
     got = pending_of(body)
     assert [(p.call_id, p.step, p.deadline) for p in got] == [
-        ("c1", 1, math.inf),
         ("c2", 1, math.inf),
         ("c3", 1, math.inf),
     ]
     assert ready(body, [], BORN) == (False, None)
+
+
+@pytest.mark.parametrize(
+    "deadline",
+    ["not a time", "2030-01-15T08:00:00", "2030-01-15 08:00:00Z", "", 1_800_000_600, True, {}],
+)
+def test_a_status_deadline_that_does_not_parse_resumes_the_run(deadline: Any) -> None:
+    """Only the checkpoint knows the deadline then: the gate lets the Task resume at once, and
+    the run settles the call against the checkpoint's deadline (or stops again and writes a
+    readable one). Read as "never", the Task would wait forever."""
+    body = task(
+        pending=[
+            {"callId": "c1", "tool": "deploy", "step": 1, "deadline": deadline},
+            {"callId": "c2", "tool": "deploy", "step": 1, "deadline": ts(DEADLINE)},
+        ]
+    )
+    assert ready(body, [], BORN + 20) == (True, None)
+    # The call still waits as far as a ToolApproval can tell: one made now counts.
+    assert acceptance(approval("a"), body)[:2] == ("True", "Pending")
+
+
+async def test_the_gate_does_not_wait_forever_on_a_deadline_that_does_not_parse() -> None:
+    body = task(pending=[{"callId": "c1", "tool": "deploy", "step": 1, "deadline": "garbage"}])
+    gate = ApprovalGate(OneTask(body), None, Metrics())
+    wake, cancel = asyncio.Event(), asyncio.Event()
+    await asyncio.wait_for(gate.wait("ns", "t", wake, cancel), 5)  # returns at once
+    assert gate.waiting == {}
 
 
 def test_a_task_without_a_creation_time_accepts_any_dated_approval() -> None:

@@ -6,9 +6,9 @@ writes the checkpoint (it holds the arguments; never status), the Task's conditi
 deadlines), an Event; it releases its lease and concurrency slot, and the Task stays `Running`.
 
 `ApprovalGate.wait` holds the Task's scheduler job, with no slot, until every pending call has
-a valid decision (a ToolApproval in the watch-fed cache) or its deadline passed; then the
-scheduler resumes the Task from its checkpoint, and the run's decider (`decider`) finds the
-same ToolApprovals. State lives in objects only, so a restarted operator waits (or resumes)
+a valid decision (a ToolApproval in the watch-fed cache) or its deadline passed (or does not
+parse: only the checkpoint knows it then, `deadline_unreadable`); then the scheduler resumes
+the Task from its checkpoint, and the run's decider (`decider`) finds the same ToolApprovals. State lives in objects only, so a restarted operator waits (or resumes)
 the same way.
 
 A ToolApproval is valid for a call when it names the Task and the call id and was created no
@@ -89,6 +89,19 @@ def pending_of(body: dict[str, Any]) -> list[PendingApproval]:
     return out
 
 
+def deadline_unreadable(body: dict[str, Any]) -> bool:
+    """A waiting call's `status.pendingApprovals[].deadline` is there but is not an RFC 3339
+    timestamp with a zone (hand-edited, or restored by a tool that rewrote it). The checkpoint
+    holds the real deadline: the Task must resume so that the run settles the call against it
+    (or stops again and writes a readable one), instead of waiting for a time nobody knows."""
+    if not awaiting(body):
+        return False
+    return any(
+        isinstance(p, dict) and p.get("deadline") is not None and epoch(p["deadline"]) is None
+        for p in (body.get("status") or {}).get("pendingApprovals") or []
+    )
+
+
 def awaiting_fields(state: RunState, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The status fields of a Task whose run stopped for approvals."""
     return {
@@ -145,7 +158,10 @@ def ready(
     task: dict[str, Any], approvals: Sequence[dict[str, Any]], now: float
 ) -> tuple[bool, float | None]:
     """Whether every call the Task waits for is settled (decided or timed out), and if not,
-    when the next one times out (None: never)."""
+    when the next one times out (None: never). A deadline that does not parse settles at
+    once: the run then decides against the checkpoint's deadline (`deadline_unreadable`)."""
+    if deadline_unreadable(task):
+        return True, None
     waiting = [
         p
         for p in pending_of(task)
@@ -233,6 +249,11 @@ class ApprovalGate:
                     return
                 settled, wake_at = ready(body, await self._approvals(namespace), time.time())
                 if settled:
+                    if deadline_unreadable(body):
+                        log.warning(
+                            "a waiting tool call's deadline in status does not parse; resuming "
+                            "the task to settle it against its checkpoint"
+                        )
                     return
                 if key not in self.waiting:
                     self.waiting[key] = wake
