@@ -6,7 +6,9 @@ before it is validated and written (`check_output`).
 Every screening adds the judge's tokens to the run's usage and its records to the run state,
 and the token budget is checked right after it (`enforce_budget`): a judge that takes the run
 over its budget at a tool call stops the run before the tool runs, or before the model sees
-the result. A denied tool call or result is answered with an error result naming the
+the result. Each judge's call count is kept in the run state too, so its `maxCallsPerTask`
+holds across a resume (the checkpoint carries it; a call made after the last checkpoint is
+not in it, and the resumed run makes it again and counts it then). A denied tool call or result is answered with an error result naming the
 guardrail; whether that ends the run is the policy's `onToolDenied`, as for a governance denial.
 """
 
@@ -19,7 +21,14 @@ from collections.abc import Sequence
 from ..api.task import Reason
 from ..errors import OrdoError
 from .events import GuardrailFired, Listener
-from .guardrails import GUARDRAIL_REASON, GuardrailBinding, GuardrailRecord, Screening, screen
+from .guardrails import (
+    GUARDRAIL_REASON,
+    GuardrailBinding,
+    GuardrailRecord,
+    ModelJudge,
+    Screening,
+    screen,
+)
 from .jsontext import MAX_JSON_DEPTH, bounded_json_loads
 from .state import RunConfig, RunState, ToolCallRecord
 from .transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
@@ -62,9 +71,15 @@ async def guard_text(
     tool: str | None = None,
     emit: Emit | None = None,
 ) -> Screening:
-    """Screen `text` at `point` and account for it in `state` (tokens, records, events)."""
+    """Screen `text` at `point` and account for it in `state` (tokens, records, events, the
+    judges' call counts)."""
     step = 0 if point == "input" else state.step
+    judges = [(g.name, g.check) for g in guards if isinstance(g.check, ModelJudge)]
+    for name, judge in judges:  # a resumed run's new judge goes on from the checkpoint's count
+        judge.calls = max(judge.calls, state.judge_calls.get(name, 0))
     checked = await screen(guards, point, text, step=step, tool=tool)  # type: ignore[arg-type]
+    for name, judge in judges:
+        state.judge_calls[name] = max(judge.calls, state.judge_calls.get(name, 0))
     state.usage = state.usage + checked.usage
     await _fired(state, checked.records, emit)
     return checked

@@ -112,6 +112,9 @@ class RunState:
     """When the run stopped to wait for approvals (epoch seconds)."""
     paused_seconds: float = 0.0
     """Time spent waiting for approvals so far: not counted against the run's timeout."""
+    judge_calls: dict[str, int] = field(default_factory=dict)
+    """Model calls of each judge guardrail so far, by name: `maxCallsPerTask` holds across a
+    resume (engine/guardsteps.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +138,7 @@ class RunState:
             ),
             **({"awaitingSince": self.awaiting_since} if self.awaiting_since is not None else {}),
             **({"pausedSeconds": self.paused_seconds} if self.paused_seconds else {}),
+            **({"judgeCalls": dict(self.judge_calls)} if self.judge_calls else {}),
         }
 
     @classmethod
@@ -165,6 +169,8 @@ class RunState:
                 float(d["awaitingSince"]) if d.get("awaitingSince") is not None else None
             ),
             paused_seconds=float(d.get("pausedSeconds", 0.0)),
+            # A checkpoint written before `judgeCalls` existed: no judge call counted yet.
+            judge_calls={str(k): int(v) for k, v in (d.get("judgeCalls") or {}).items()},
         )
 
 
