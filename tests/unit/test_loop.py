@@ -254,7 +254,10 @@ async def test_tool_not_offered_is_denied_and_fails_the_run() -> None:
     assert (result.phase, result.reason) == ("Failed", "ToolDenied")
     assert model.calls == 1
     assert record_map(result) == {"c1": ("denied", "NotOffered")}
-    assert "delete-everything" in result.message and "NotOffered" in result.message
+    # the message (status, the terminal Event) never names what the model invented
+    assert "<not-offered>" in result.message and "NotOffered" in result.message
+    assert "delete-everything" not in result.message
+    assert result.state.records[0].tool == "delete-everything"  # status.toolCalls keeps it
     assert box.total_calls == 0
     assert_one_result_per_call(result.state)
 

@@ -58,8 +58,8 @@ def test_json_log_lines_carry_the_context() -> None:
     [
         ("web-search", "web-search"),
         ("memory_read", "memory_read"),
-        ("drop table;", "invalid-name"),
-        ("x" * 100, "x" * 64),
+        ("drop table;", "<not-offered>"),
+        ("x" * 100, "<not-offered>"),
     ],
 )
 def test_tool_metric_labels_are_bounded(name: str, label: str) -> None:
@@ -170,9 +170,11 @@ async def test_per_call_log_lines_are_debug_and_denials_stay_warnings(
     events = [
         RunStarted(0),
         StepStarted(1),
-        ToolDecided(ToolCallRecord(1, "lookup", "allowed", "allowed by role reader")),
+        ToolDecided(ToolCallRecord(1, "lookup", "allowed", "allowed by role reader"), offered=True),
         ToolFinished(1, "lookup", "ok", 0.01),
-        ToolDecided(ToolCallRecord(1, "delete", "denied", "denied by policy no-deletes")),
+        ToolDecided(
+            ToolCallRecord(1, "delete", "denied", "denied by policy no-deletes"), offered=True
+        ),
     ]
     with caplog.at_level(logging.INFO, logger="ordo.operator"):
         for event in events:

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from tests.support.traced import traced_set
+from tests.support.traced import recorded_spans, traced_set
 
 from ordo.api import Task, manifests
 from ordo.engine.events import Event
 from ordo.local import ManifestStore, run_tasks
 from ordo.operator import logs
-from ordo.runtime import execute, tracing
+from ordo.runtime import execute
 from ordo.runtime.tracing import TracingConfigError, settings_from_env
 
 CANARY = "canary-7f3e-CONTENT"
@@ -50,12 +49,8 @@ MANIFESTS = traced_set(MOCK_ENDPOINT, canary=CANARY, trace_id=TRACE_ID, parent=P
 
 @pytest.fixture
 def exported() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.install(TracerProvider(sampler=tracing.ALWAYS_OFF))
+    with recorded_spans() as exporter:
+        yield exporter
 
 
 async def run(tmp_path: Path, text: str) -> Any:

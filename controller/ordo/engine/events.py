@@ -3,14 +3,30 @@
 Status writers, metrics, logs and `ordo run`'s live view are listeners; none of them steers
 the run. Events carry names, counts and decisions, never prompts, arguments or results; the
 Checkpoint event carries the run state so that a listener can persist it.
+
+Tool names in events are names of tools the run offers (its Tools and memory operations) or
+`NOT_OFFERED_TOOL`: a name the model invented is model output, and it never reaches a metric
+label, a span, an Event or a log line through an event (the series and the text a model could
+otherwise fill at will). Only the run state (`status.toolCalls[]`, the checkpoint) keeps it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Container
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from .transcript import Usage
+
+NOT_OFFERED_TOOL = "<not-offered>"
+"""What events (and so metrics, spans, Events and logs) say instead of a tool name that no tool
+of the run offers."""
+
+
+def public_tool_name(name: str, offered: Container[str]) -> str:
+    """`name` if the run offers a tool of that name, else NOT_OFFERED_TOOL."""
+    return name if name in offered else NOT_OFFERED_TOOL
+
 
 if TYPE_CHECKING:
     from .guardrails import GuardrailRecord
@@ -40,7 +56,16 @@ class ModelResponded:
 
 @dataclass(frozen=True, slots=True)
 class ToolDecided:
+    """A decision on one call. `offered` says whether the run binds a tool of the record's
+    name; when it does not, the event's record names NOT_OFFERED_TOOL (the run state keeps the
+    model's name)."""
+
     record: ToolCallRecord
+    offered: bool
+
+    def __post_init__(self) -> None:
+        if not self.offered and self.record.tool != NOT_OFFERED_TOOL:
+            object.__setattr__(self, "record", replace(self.record, tool=NOT_OFFERED_TOOL))
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from .events import (
     StepStarted,
     ToolDecided,
     ToolFinished,
+    public_tool_name,
 )
 from .governance import bounded_reason
 from .guardrails import GuardrailBinding
@@ -75,6 +76,7 @@ async def run_agent(
     """Run (or resume, given `state`) one agent to a terminal result. Never raises for
     anything the model or a tool does; cancellation of the calling task propagates."""
     sinks = tuple(listeners)
+    bound = frozenset(t.name for t in tools)  # names that events may carry (events.py)
     fresh = state is None  # a resumed run screened its input when it first started
     state = state if state is not None else initial_state(config)
     deadline = (
@@ -137,7 +139,7 @@ async def run_agent(
                 return await finish(
                     "Failed",
                     approvals.ended_by(denied) or guard.denial_reason(denied),
-                    f"tool {denied.tool!r} denied: {denied.reason}",
+                    f"tool {public_tool_name(denied.tool, bound)!r} denied: {denied.reason}",
                 )
             if state.approvals:
                 return await awaiting()
@@ -225,7 +227,8 @@ async def run_agent(
                     return await finish(
                         "Failed",
                         approvals.ended_by(denied) or guard.denial_reason(denied),
-                        f"tool {denied.tool!r} denied at step {step}: {denied.reason}",
+                        f"tool {public_tool_name(denied.tool, bound)!r} denied at step "
+                        f"{step}: {denied.reason}",
                     )
                 if state.approvals:
                     return await awaiting()
@@ -405,7 +408,7 @@ async def _run_calls(
             if gated is None:
                 continue  # waits for a human decision: no result yet (approvals.py)
             screened = gated
-        await emit(ToolDecided(screened.record))
+        await emit(ToolDecided(screened.record, offered=call.name in by_name))
         if screened.binding is None:
             state.records.append(screened.record)
             assert screened.result is not None

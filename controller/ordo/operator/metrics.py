@@ -1,11 +1,16 @@
 """Prometheus metrics. Labels are namespaces, agent/tool/model names and outcomes: never
-task names, ids or content."""
+task names, ids or content. Every label value is bounded by objects, not by a model: the
+`tool` label is the name of a tool the run offers, or `<not-offered>` (engine/events.py's
+NOT_OFFERED_TOOL) for any name a model invented."""
 
 from __future__ import annotations
+
+import re
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from ..engine.events import (
+    NOT_OFFERED_TOOL,
     Event,
     GuardrailFired,
     ModelResponded,
@@ -171,6 +176,11 @@ class RunMetrics:
             m.model_requests.labels(self.provider, self.model, "error").inc()
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def _tool_label(name: str) -> str:
-    """Tool names come from the model: bound the label's size and alphabet."""
-    return name[:64] if all(c.isalnum() or c in "-_" for c in name) else "invalid-name"
+    """The `tool` label of an event's tool name. Events name offered tools only (anything else
+    is NOT_OFFERED_TOOL already); a name outside the tool-name alphabet is counted as not
+    offered too, so no listener bug can turn model output into a series."""
+    return name if name == NOT_OFFERED_TOOL or _TOOL_NAME.fullmatch(name) else NOT_OFFERED_TOOL

@@ -7,7 +7,9 @@
 - `execute_tool {tool}` (INTERNAL) per tool call: from ToolDecided to ToolFinished, with
   `gen_ai.tool.name`, `gen_ai.tool.call.id`, and ordo's governance decision, its reason and
   the outcome. A call that governance denied or rejected never runs: its span is closed at
-  once, as an error typed `ToolDenied` or `ToolRejected`.
+  once, as an error typed `ToolDenied` or `ToolRejected`. A call of a name the run does not
+  offer is `execute_tool <not-offered>` without a call id: a model cannot write its own text
+  into span names or attributes by inventing tools (engine/events.py).
 
 Only names, ids, counts, decisions and reasons; never prompts, arguments, results or answers.
 A listener must never break a run: anything unexpected here is logged (by type) and dropped.
@@ -23,6 +25,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..engine.events import (
+    NOT_OFFERED_TOOL,
     Event,
     ModelResponded,
     RunFinished,
@@ -132,7 +135,7 @@ class SpanListener:
             "ordo.tool.decision": record.decision,
             "ordo.tool.decision_reason": record.reason,
         }
-        if record.call_id:
+        if record.call_id and record.tool != NOT_OFFERED_TOOL:
             attributes["gen_ai.tool.call.id"] = record.call_id
         span = self._start(f"execute_tool {record.tool}", SpanKind.INTERNAL, attributes)
         if record.decision == "allowed":
