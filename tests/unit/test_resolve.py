@@ -431,7 +431,7 @@ async def test_content_hash_is_stable_and_follows_content() -> None:
     store = DictStore(*good_objects(prompt="one"))
     first = await resolve(task(), store)
     again = await resolve(task(), store)
-    assert first.content_hash == again.content_hash and len(first.content_hash) == 16
+    assert first.content_hash == again.content_hash and len(first.content_hash) == len("v2:") + 16
     store.put(agent(tools=["search"], prompt="two"))
     changed = await resolve(task(), store)
     assert changed.content_hash != first.content_hash

@@ -233,7 +233,8 @@ class Runner:
                 )
             return None
         state, annotations = loaded
-        if annotations.get("ordo.dev/snapshot-hash") not in ("", None, snapshot.content_hash):
+        recorded = annotations.get("ordo.dev/snapshot-hash")
+        if recorded and not snapshot.same_content(recorded):  # old checkpoints: old formula
             raise Interrupted(
                 "the Agent or its references changed while the Task was interrupted; not resumed"
             )

@@ -3,14 +3,13 @@ out, or a ResolutionError with a precise reason; no model is called either way."
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import replace
 
 from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name, parse_duration
 from ..api.agent import Skill
 from ..engine import output as output_mod
 from ..engine.approvals import ApprovalRule, merged
+from ..engine.governance import memory_policy_names
 from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
 from . import fetch
@@ -18,7 +17,7 @@ from . import policies as policy_mod
 from .guardrails import content as guardrail_content
 from .guardrails import resolve_guardrails
 from .prompt import system_prompt, user_message
-from .snapshot import Snapshot
+from .snapshot import Snapshot, content_hashes
 from .store import ObjectStore
 
 __all__ = ["ResolutionError", "Snapshot", "resolve", "system_prompt", "user_message"]
@@ -159,7 +158,13 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         "memory": memory.spec.to_dict() if memory else None,
         **({"guardrails": guardrail_content(guardrails)} if guardrails else {}),
     }
-    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    # The ToolPermissions a decision of this run can consult: its tools' and memory tools'.
+    names = set(tools) | {n for op in operations for n in memory_policy_names(op)}
+    rules = {
+        ref: [[r.name, list(r.required), r.match_mode] for r in perms.rules[ref]]
+        for ref in sorted(names & set(perms.rules))
+    }
+    digest, legacy = content_hashes(content, rules)
     return Snapshot(
         task=task,
         agent=agent,
@@ -178,6 +183,7 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         on_tool_denied=on_denied,
         policies=tuple(p.name for p in policies),
         content_hash=digest,
+        legacy_hash=legacy,
         agent_generation=agent.metadata.generation,
         guardrails=guardrails,
         policy_refresh=policy_mod.live_policy(store, task, agent, skill, memory_name),
