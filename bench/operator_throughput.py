@@ -55,7 +55,9 @@ fixed cost per second: the scrapes, timers, watches), subtracted from its per-Ta
 SCALING_CONFIGS = ((300, 50),)
 QUICK_SCALING_CONFIGS = ((10, 5),)
 TARGET_REQUESTS_EXTRA = 5
-"""API requests per Task <= steps + 5 (issue 14)."""
+"""API requests per Task <= steps + 5 (issue 14) + one per non-idempotent call (issue 23)."""
+SIDE_EFFECTS = TOOL_STEPS - 1
+"""Non-idempotent calls a Task runs (its 4th tool step's call is refused without running)."""
 TARGET_CPU_MS = 30.0
 """Operator CPU per Task <= 30 ms for the 5-step Task (issue 14)."""
 TARGET_UNRUN_SHARE = 0.1
@@ -488,10 +490,10 @@ def scaling_section(report: Any, result: OperatorResult) -> list[Check]:
     checks: list[Check] = []
     if result.rows:
         worst = max(result.rows, key=lambda r: r.total_per_task)
-        limit = STEPS + TARGET_REQUESTS_EXTRA
+        limit = STEPS + TARGET_REQUESTS_EXTRA + SIDE_EFFECTS
         checks.append(
             (
-                f"API requests per Task ≤ steps + {TARGET_REQUESTS_EXTRA}",
+                f"API requests per Task ≤ steps + {TARGET_REQUESTS_EXTRA} + side effects",
                 worst.total_per_task <= limit,
                 f"at most {worst.total_per_task:.1f} per Task for {STEPS} steps (bound {limit}; "
                 f"{worst.total_per_task / limit:.2f}x)",

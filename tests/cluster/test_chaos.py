@@ -10,6 +10,10 @@ before a kill may end `Failed/Interrupted`, never repeat it — and exactly once
 `Succeeded` Task; nothing lost.
 
     ORDO_CHAOS_SEED=7 .venv/bin/python -m pytest tests/cluster/test_chaos.py
+
+And the most likely crash point of all, on its own: a SIGKILL during the model call that
+follows a non-idempotent call (issue 23) resumes the Task, which succeeds with the call run
+once (coalesce.py writes the result's checkpoint before that model call is sent).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.http_tool_server import HttpToolServer
+from tests.support.openai_server import OpenAIServer
 from tests.support.operator import (
     InvariantMonitor,
     OperatorProcess,
@@ -29,9 +34,14 @@ from tests.support.operator import (
     effect_manifests,
     effect_model,
     effect_tasks,
+    events,
+    get_json,
+    wait_for,
+    wait_task,
     write_report,
 )
 
+from ordo.operator.coalesce import FLUSH_SECONDS
 from ordo_devcluster import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -149,3 +159,43 @@ def test_exactly_once_under_sigkill(
     write_report(tmp_path, "chaos", summary, monitor, failure, effects)
     if broken:
         pytest.fail(failure, pytrace=False)
+
+
+def test_sigkill_in_the_model_call_after_a_side_effect_resumes(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Step 1 runs the non-idempotent `place-order`; step 2's model call hangs. SIGKILLed as
+    that call arrives, well inside the flush window (status.step still 0: no flush wrote the
+    step), the Task resumes in a new operator from the checkpoint written with the result
+    before the call was sent, and succeeds with the tool run once."""
+    op = OperatorProcess(
+        control_plane, namespace, tmp_path, "--lease-seconds", f"{LEASE_SECONDS:g}"
+    ).start()
+    order = {"task": "order", "call": "order/place-order"}
+    script = [
+        {"tool_calls": [{"name": "place-order", "arguments": order, "id": "call_1"}]},
+        {"delay": 60.0, "text": "never sent: the operator is killed first"},
+    ]
+    try:
+        with HttpToolServer() as tools, OpenAIServer(script) as model:
+            docs = effect_manifests(model.url, tools.url, tool_delay=0, timeout="120s")
+            apply(control_plane, namespace, docs)
+            apply(control_plane, namespace, effect_tasks(["order"]))
+            wait_for(lambda: tools.effects_snapshot(), 30, interval=0.005, what="the tool call")
+            ran = time.time()
+            wait_for(lambda: model.count >= 2, 30, interval=0.005, what="step 2's model call")
+            op.kill()
+            since = time.time() - ran
+            gap = model.requests[1].time - ran  # the tool's answer + one checkpoint write
+            assert since < FLUSH_SECONDS, f"killed {since:.2f}s after the tool call"
+            mid = get_json(control_plane, "task", "order", "-n", namespace)["status"]
+            assert mid["phase"] == "Running" and not mid.get("step"), mid
+            model.set_script([{"text": "ordered"}] * 3)
+            op.start()
+            status = wait_task(control_plane, namespace, "order", timeout=90)["status"]
+            assert (status["phase"], status["step"]) == ("Succeeded", 2), status
+            assert tools.effects_snapshot() == {("order", "order/place-order"): 1}
+            assert "Resumed" in [e["reason"] for e in events(control_plane, namespace, "order")]
+            print(f"\ntool call to step 2's model call: {gap * 1000:.0f} ms; killed {since:.2f} s")
+    finally:
+        op.stop()

@@ -219,8 +219,8 @@ def test_sigkill_and_restart(
             if point == "before-first-model-call":
                 _kill_when(op, lambda: model.count >= 1, "the first model call")
             elif point == "between-steps":
-                # Once the step is flushed (checkpoint, then status.step; coalesce.py): a kill
-                # before the flush ends the Task Interrupted (test_writes_coalesced.py).
+                # Once the step is flushed (checkpoint, then status.step; coalesce.py); a kill
+                # before the flush resumes as well (test_chaos.py).
                 _kill_when(
                     op,
                     lambda: (

@@ -6,11 +6,27 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from ordo.engine.events import Checkpoint, RunFinished, StepFinished
-from ordo.engine.state import RunResult, RunState
+import pytest
+
+from ordo.engine.events import Checkpoint, RunFinished, StepFinished, ToolFinished
+from ordo.engine.loop import run_agent
+from ordo.engine.model import ModelRequest, ModelResponse
+from ordo.engine.state import RunConfig, RunResult, RunState
+from ordo.engine.tooling import ToolBinding
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
+from ordo.errors import LeaseLost
 from ordo.operator.checkpoint import CheckpointStore, decode
 from ordo.operator.coalesce import RunWrites, side_effect_pending
+from ordo.operator.kubeerrors import ApiError, Fenced
+from support.engine_fakes import (
+    ScriptedModel,
+    Toolbox,
+    answer,
+    call,
+    open_governance,
+    run_config,
+    tools_turn,
+)
 
 
 class Store:
@@ -60,20 +76,26 @@ def finished(state: RunState) -> RunFinished:
     return RunFinished(RunResult("Succeeded", "Succeeded", "", "", None, state))
 
 
-def test_a_fast_run_writes_only_the_checkpoints_before_side_effects() -> None:
+def test_a_fast_run_writes_only_the_checkpoints_around_side_effects() -> None:
     async def scenario() -> tuple[Store, list[int]]:
         store, progress, writes = run_writes(flush_seconds=60)
         before = started("c1", answered=False)
         await writes(Checkpoint(before))  # before the non-idempotent call: at once
+        await writes(ToolFinished(1, "place-order", "succeeded", 0.01, "c1"))
         after = started("c1", answered=True)
-        await writes(Checkpoint(after))  # end of step: deferred
-        await writes(StepFinished(after))
-        await writes(finished(after))  # the run ends inside the window: nothing more
+        await writes(Checkpoint(after))
+        await writes(StepFinished(after))  # its result, before the next model call: at once
+        idle = started("c1", answered=True)
+        idle.step = 2
+        await writes(ToolFinished(2, "lookup", "succeeded", 0.01, "c2"))  # idempotent
+        await writes(StepFinished(idle))  # deferred
+        await writes(finished(idle))  # the run ends inside the window: nothing more
         return store, progress
 
     store, progress = asyncio.run(scenario())
-    assert [sorted(s.started_calls) for s in store.saved] == [["c1"]]
+    assert [sorted(s.started_calls) for s in store.saved] == [["c1"], ["c1"]]
     assert side_effect_pending(store.saved[0])
+    assert not side_effect_pending(store.saved[1])
     assert progress == []
 
 
@@ -133,3 +155,133 @@ def test_a_stopped_run_flushes_its_last_step_instead_of_dropping_it() -> None:
 
     store, progress = asyncio.run(scenario())
     assert [s.step for s in store.saved] == [1] and progress == [1]
+
+
+# --------------------------------------------------------------------------------------
+# A non-idempotent result is durable before the next model call (issue 23, item 5): the
+# real engine loop with the listener, and a model that looks at the store when it is called.
+
+
+class GatedStore(Store):
+    """A Store whose writes after the first `free` ones wait for `release` (the API server
+    has not acknowledged them yet); `fail` makes them raise instead."""
+
+    def __init__(self, free: int = 1_000, fail: Exception | None = None) -> None:
+        super().__init__()
+        self.free = free
+        self.fail = fail
+        self.release = asyncio.Event()
+        self.waiting = 0
+
+    async def save_encoded(self, payload: bytes) -> None:
+        if len(self.saved) >= self.free:
+            if self.fail is not None:
+                raise self.fail
+            self.waiting += 1
+            await self.release.wait()
+        await super().save_encoded(payload)
+
+
+def looking_model(store: Store, seen: list[list[RunState]]) -> ScriptedModel:
+    """Calls place-order, then answers; records the states written when each call starts."""
+
+    def second(request: ModelRequest, index: int) -> ModelResponse:
+        seen.append(list(store.saved))
+        return answer("ordered")
+
+    return ScriptedModel([tools_turn(call("place-order", "c1")), second])
+
+
+def effect_run(
+    store: Store, *, idempotent: bool = False
+) -> tuple[RunConfig, list[ToolBinding], RunWrites, list[int]]:
+    progress: list[int] = []
+
+    async def write(state: RunState) -> None:
+        progress.append(state.step)
+
+    box = Toolbox().add("place-order", idempotent=idempotent)
+    writes = RunWrites(cast(CheckpointStore, store), write, flush_seconds=60)
+    return run_config(open_governance("place-order")), box.bindings, writes, progress
+
+
+async def test_a_non_idempotent_result_is_written_before_the_next_model_call() -> None:
+    store = Store()
+    seen: list[list[RunState]] = []
+    config, tools, writes, progress = effect_run(store)
+    result = await run_agent(config, looking_model(store, seen), tools, listeners=[writes])
+    assert result.phase == "Succeeded"
+    (at_call,) = seen
+    assert [s.step for s in at_call] == [1, 1]  # before the call, then with its result
+    assert side_effect_pending(at_call[0])
+    last = at_call[-1]
+    assert not side_effect_pending(last) and last.started_calls == {"c1"}
+    assert [i.call_id for i in last.items if isinstance(i, ToolResult)] == ["c1"]
+    assert progress == []  # the progress patch stays coalesced: one write per side effect
+
+
+async def test_the_next_model_call_waits_until_the_result_write_is_acknowledged() -> None:
+    store = GatedStore(free=1)
+    seen: list[list[RunState]] = []
+    config, tools, writes, _ = effect_run(store)
+    model = looking_model(store, seen)
+    run = asyncio.create_task(run_agent(config, model, tools, listeners=[writes]))
+    for _ in range(200):
+        if store.waiting:
+            break
+        await asyncio.sleep(0.01)
+    assert store.waiting == 1  # the result's write is in flight ...
+    await asyncio.sleep(0.1)
+    assert model.calls == 1  # ... and the step-2 model call was not sent
+    store.release.set()
+    result = await asyncio.wait_for(run, 5)
+    assert (result.phase, model.calls) == ("Succeeded", 2)
+    assert len(seen[0]) == 2
+
+
+async def test_idempotent_only_steps_keep_the_coalescing() -> None:
+    store = Store()
+    seen: list[list[RunState]] = []
+    config, tools, writes, progress = effect_run(store, idempotent=True)
+    result = await run_agent(config, looking_model(store, seen), tools, listeners=[writes])
+    assert result.phase == "Succeeded"
+    assert seen == [[]] and store.saved == [] and progress == []
+
+
+async def test_a_resumed_run_does_not_rewrite_results_its_checkpoint_holds() -> None:
+    """Results loaded from a checkpoint are durable already: only calls that ran in this
+    execution (ToolFinished) are written at once."""
+    store = Store()
+    writes = RunWrites(cast(CheckpointStore, store), _no_progress, flush_seconds=60)
+    box = Toolbox().add("place-order").add("lookup", idempotent=True)
+    config = run_config(open_governance("place-order", "lookup"))
+    resumed = started("c1", answered=True)  # step 1's result, loaded from the checkpoint
+    model = ScriptedModel([tools_turn(call("lookup", "c2")), answer("ordered")])
+    result = await run_agent(config, model, box.bindings, listeners=[writes], state=resumed)
+    assert (result.phase, model.calls) == ("Succeeded", 2)
+    assert store.saved == []
+
+
+async def _no_progress(state: RunState) -> None:
+    return None
+
+
+async def test_a_failed_result_write_does_not_end_the_run() -> None:
+    """An API error after the client's retries: the call ran, so the run goes on (a crash
+    later ends `Interrupted`, as before the write); the flush or the end carries the step."""
+    store = GatedStore(free=1, fail=ApiError(503, "ServiceUnavailable", "down"))
+    seen: list[list[RunState]] = []
+    config, tools, writes, _ = effect_run(store)
+    result = await run_agent(config, looking_model(store, seen), tools, listeners=[writes])
+    assert result.phase == "Succeeded"
+    assert [len(s) for s in seen] == [1]
+
+
+async def test_a_fenced_result_write_stops_the_run_before_the_next_model_call() -> None:
+    store = GatedStore(free=1, fail=Fenced("ConfigMap", "ordo-checkpoint"))
+    seen: list[list[RunState]] = []
+    config, tools, writes, _ = effect_run(store)
+    model = looking_model(store, seen)
+    with pytest.raises(LeaseLost):
+        await run_agent(config, model, tools, listeners=[writes])
+    assert model.calls == 1

@@ -1,25 +1,34 @@
 """Coalesced run writes: which checkpoints and progress patches a run makes, and when.
 
 The engine asks for a checkpoint (`Checkpoint`) before every non-idempotent tool call and at
-the end of every step, and reports each finished step (`StepFinished`). Writing each of those
-costs two or three API requests per step; this listener writes
+the end of every step, and reports each finished tool call (`ToolFinished`) and step
+(`StepFinished`). Writing each of those costs two or three API requests per step; this
+listener writes
 
 - **at once, and awaited,** the checkpoint before a non-idempotent call (the state records the
   call as started). This is the write exactly-once depends on: the call starts only after it
   landed and the execution lease was checked;
+- **at once, and awaited,** the end-of-step checkpoint of a step in which a non-idempotent
+  call ran in this execution (its `ToolFinished`, and its id in `started_calls`): the result
+  is durable before the next model call is sent (one round trip before a call that takes
+  seconds), so a crash during that model call resumes the run instead of ending it. The lease
+  is checked after it too. A failed write (an API error after the client's retries) is logged
+  and the run goes on: the call ran, and a crash later ends `Interrupted` as it would have;
 - **at most once per flush window** (`flush_seconds` after a step ended, if nothing newer was
-  written meanwhile) the end-of-step checkpoint and then the progress patch of the Task's
-  status, in that order, from a copy of the state taken at the step boundary. A run whose steps
-  are fast writes neither: its terminal status carries the progress, and the checkpoint before
-  its next non-idempotent call carries the earlier steps' results.
+  written meanwhile) the end-of-step checkpoint of the other steps, and then the progress
+  patch of the Task's status (of every step), in that order, from a copy of the state taken at
+  the step boundary. A run whose steps are fast writes neither: its terminal status carries
+  the progress.
 
-What a restart costs is bounded by the window: a SIGKILL within `flush_seconds` after a
-non-idempotent call finished resumes from the checkpoint that records the call as started
-without a result, so the Task ends `Failed/Interrupted` (the call is never repeated); after the
-window the run resumes from the flushed step. `status.step > 0` is only ever written after a
-checkpoint of at least that step, so "progress in the status but no checkpoint" still means the
-checkpoint was lost (the run ends `Interrupted`), and "no checkpoint, no progress" means nothing
-non-idempotent ran: starting over is safe.
+What a restart costs: a SIGKILL inside a non-idempotent call, or after it and before its
+result's checkpoint was acknowledged, resumes from the checkpoint that records the call as
+started without a result, so the Task ends `Failed/Interrupted` (the call is never repeated);
+a SIGKILL at any moment after that write resumes from it. Steps with idempotent calls only are
+lost up to the window and simply run again. Results loaded from a checkpoint are durable
+already: only calls that finished in this execution trigger a write. `status.step > 0` is
+only ever written after a checkpoint of at least that step, so "progress in the status but no
+checkpoint" still means the checkpoint was lost (the run ends `Interrupted`), and "no
+checkpoint, no progress" means nothing non-idempotent ran: starting over is safe.
 
 All checkpoint writes of a run go through one lock, in the order the states were taken, so an
 older state never overwrites a newer one. The flush runs beside the loop; `close()` (the run
@@ -34,7 +43,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..engine.events import Checkpoint, Event, RunFinished, StepFinished
+from ..engine.events import Checkpoint, Event, RunFinished, StepFinished, ToolFinished
 from ..engine.state import RunState
 from ..engine.transcript import AssistantMessage, ToolResult
 from ..errors import LeaseLost, OrdoError
@@ -106,6 +115,9 @@ class RunWrites:
         self._flushing = False
         self._failure: LeaseLost | None = None
         """A flush's failure that must stop the run (raised at its next event)."""
+        self._finished_calls: set[str] = set()
+        """Ids of the calls that finished in this execution since the last step boundary
+        written at once (the non-idempotent ones among them are in `started_calls`)."""
         self.flushes = 0
 
     async def __call__(self, event: Event) -> None:
@@ -117,12 +129,19 @@ class RunWrites:
                 await self._save(event.state)
                 if self._lease is not None:
                     self._lease.check()
+        elif isinstance(event, ToolFinished):
+            if event.call_id:
+                self._finished_calls.add(event.call_id)
         elif isinstance(event, StepFinished):
             self._taken += 1
             self._boundary = (self._taken, copy_state(event.state))
+            self._finished_calls &= event.state.started_calls
             if self._flush_seconds <= 0:
                 await self._write_boundary()
-            elif self._flush is None:
+                self._finished_calls.clear()
+            elif self._finished_calls:
+                await self._write_results(self._boundary)
+            if self._boundary is not None and self._flush is None:
                 self._flush = asyncio.create_task(self._flush_later())
         elif isinstance(event, RunFinished):
             await self.close()
@@ -136,6 +155,26 @@ class RunWrites:
             seq = self._taken
             await self._checkpoints.save_encoded(encode(state))
             self._written = max(self._written, seq)
+
+    async def _write_results(self, boundary: tuple[int, RunState]) -> None:
+        """Write the boundary's checkpoint now: it holds a non-idempotent call's result (see
+        the module docstring). Its progress patch is left to the flush."""
+        try:
+            await self._write_checkpoint(*boundary)
+        except ApiError as exc:  # after the client's retries: a crash now ends Interrupted
+            log.warning(
+                "checkpoint of a non-idempotent call's result failed; the run goes on",
+                extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+            )
+            return
+        except LeaseLost:
+            raise  # Fenced: another execution owns the Task
+        except OrdoError as exc:  # e.g. CheckpointTooLarge: the next save says so
+            log.warning("checkpoint of a result failed", extra={"ordo": {"error": exc.reason}})
+            return
+        self._finished_calls.clear()
+        if self._lease is not None:
+            self._lease.check()
 
     async def _flush_later(self) -> None:
         """Flush the newest step boundary `flush_seconds` after it was taken, until none is
@@ -165,14 +204,17 @@ class RunWrites:
         boundary, self._boundary = self._boundary, None
         if boundary is None:
             return
-        seq, state = boundary
+        await self._write_checkpoint(*boundary)
+        # Progress only after a checkpoint of at least this step exists (see above).
+        await self._progress(boundary[1])
+        self.flushes += 1
+
+    async def _write_checkpoint(self, seq: int, state: RunState) -> None:
+        """Write the state taken as `seq` unless a newer one was written meanwhile."""
         async with self._lock:
             if seq > self._written:
                 await self._checkpoints.save_encoded(encode(state))
                 self._written = seq
-        # Progress only after a checkpoint of at least this step exists (see above).
-        await self._progress(state)
-        self.flushes += 1
 
     async def close(self, *, flush: bool = False) -> None:
         """The run ended: drop a flush that has not started, wait for one in flight. With
