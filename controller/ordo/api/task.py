@@ -235,9 +235,11 @@ class TaskStatus(OrdoModel):
     output: Annotated[str, Field(max_length=MAX_OUTPUT_CHARS + 64)] | None = None
     """The final (or, on MaxStepsExceeded, the last partial) answer, capped."""
     output_truncated: bool | None = None
-    """True when `output` was cut to the cap."""
+    """True when `output` was cut to the cap (or to fit the status's size), or
+    `structuredOutput` was left out for its size."""
     structured_output: JsonObject | None = None
-    """The answer parsed as JSON when an output schema applies."""
+    """The answer parsed as JSON when an output schema applies; at most 131,072 bytes as JSON
+    (a larger valid answer fails `InvalidOutput`)."""
     usage: Usage | None = None
     """Token usage."""
     tool_calls: Annotated[list[ToolCallRecord], Field(max_length=MAX_TOOL_CALL_RECORDS)] | None = (

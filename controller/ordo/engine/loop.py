@@ -41,6 +41,7 @@ from .events import (
 )
 from .governance import bounded_reason
 from .guardrails import GuardrailBinding
+from .jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
@@ -70,14 +71,20 @@ async def run_agent(
     *,
     listeners: Iterable[Listener] = (),
     state: RunState | None = None,
+    fresh: bool | None = None,
     cancel: asyncio.Event | None = None,
     guardrails: Sequence[GuardrailBinding] = (),
 ) -> RunResult:
     """Run (or resume, given `state`) one agent to a terminal result. Never raises for
-    anything the model or a tool does; cancellation of the calling task propagates."""
+    anything the model or a tool does; cancellation of the calling task propagates.
+
+    The loop updates `state` in place, so a caller that passes its own (`initial_state` and
+    `fresh=True` for a new run) still knows the step, usage and tool calls reached when
+    something unexpected raises out of the loop. `fresh` (default: `state is None`) says the
+    run starts here: only then is its input screened (a resumed run did that at its start)."""
     sinks = tuple(listeners)
     bound = frozenset(t.name for t in tools)  # names that events may carry (events.py)
-    fresh = state is None  # a resumed run screened its input when it first started
+    fresh = state is None if fresh is None else fresh
     state = state if state is not None else initial_state(config)
     deadline = (
         time.monotonic() + config.timeout - config.elapsed if config.timeout is not None else None
@@ -262,6 +269,13 @@ async def _final_answer(config: RunConfig, text: str, finish: Any) -> RunResult:
         return result
     try:
         structured = output_mod.parse(text, config.output_schema)
+        if json_size(structured, MAX_STRUCTURED_OUTPUT_BYTES) > MAX_STRUCTURED_OUTPUT_BYTES:
+            raise output_mod.InvalidOutput(
+                "the answer satisfies the output schema but is over "
+                f"{MAX_STRUCTURED_OUTPUT_BYTES} bytes as JSON, the most "
+                "status.structuredOutput holds; bound it in the outputSchema (maxItems, "
+                "maxLength) or ask for a shorter answer"
+            )
     except output_mod.InvalidOutput as exc:
         result = await finish("Failed", exc.reason, str(exc), error=exc)
         return result

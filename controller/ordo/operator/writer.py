@@ -1,7 +1,12 @@
 """Writes what a run shows to people: the per-step progress and terminal status of a Task
 (built from the `api` models by ordo.runtime.status), its Events, metrics and log lines, and the
 release of ordo's finalizer. Writes of an execution are fenced by its executionId, so a stale
-executor can never overwrite what a newer one wrote."""
+executor can never overwrite what a newer one wrote.
+
+Every status write is within `status.MAX_STATUS_BYTES`; a terminal write the API server still
+refuses for its size (a Task whose spec leaves little room) is written again reduced, so a
+Task never stays `Running` because its result was big. An outcome that knows no run state
+(the run failed before its checkpoint was read) keeps the step and usage the Task shows."""
 
 from __future__ import annotations
 
@@ -83,6 +88,17 @@ _AGENT_WAS_READ = frozenset(
 Agent is resolved first): the agentRef names an existing Agent."""
 
 
+def refused_for_size(error: ApiError) -> bool:
+    """True if the API server refused a write for its size. kube-apiserver (v1.36) answers a
+    body over 3 MiB `413 RequestEntityTooLarge`, an object over etcd's request limit (1.5 MiB)
+    `500 etcdserver: request is too large`, and one over 2 MiB `500 ... ResourceExhausted ...
+    trying to send message larger than max` (tests/cluster/test_big_status_cluster.py)."""
+    if error.status == 413:
+        return True
+    text = str(error)
+    return error.status == 500 and ("request is too large" in text or "ResourceExhausted" in text)
+
+
 class TaskWriter:
     """The status, Events and metrics of Tasks, for one operator process."""
 
@@ -105,23 +121,35 @@ class TaskWriter:
         ns, name = meta["namespace"], meta["name"]
         current = body.get("status") or {}
         status = outcome.status()
-        conditions = terminal_conditions(
+        fields = status_mod.to_patch(status)
+        if outcome.known_state is None:  # keep the progress the Task shows, never zeros
+            for key in ("step", "usage"):
+                if key in current:
+                    fields.pop(key, None)
+        fields["completedAt"] = now()
+        fields["conditions"] = terminal_conditions(
             current.get("conditions"), outcome.phase, outcome.reason, status.message or ""
         )
-        fields = status_mod.to_patch(status)
-        fields["completedAt"] = now()
-        fields["conditions"] = conditions
         if meta.get("generation") is not None:
             fields["observedGeneration"] = meta["generation"]
         if "startedAt" not in current:
             fields["startedAt"] = fields["completedAt"]
+        fields = status_mod.bounded(fields)
         try:
-            if execution_id is not None:
-                updated = await self.client.patch_status_fenced(
-                    "Task", ns, name, execution_id, fields
+            try:
+                updated = await self._write(ns, name, execution_id, fields)
+            except ApiError as exc:
+                if not refused_for_size(exc):
+                    raise
+                log.warning(
+                    "terminal status refused for its size; writing it reduced",
+                    extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
                 )
-            else:
-                updated = await self.client.patch("Task", ns, name, {"status": fields}, status=True)
+                fields = status_mod.reduced(fields)
+                fields["conditions"] = terminal_conditions(
+                    current.get("conditions"), outcome.phase, outcome.reason, fields["message"]
+                )
+                updated = await self._write(ns, name, execution_id, fields)
         except ApiError as exc:
             if exc.not_found:
                 return
@@ -137,18 +165,23 @@ class TaskWriter:
         self.metrics.tasks.labels(ns, label, outcome.phase, outcome.reason).inc()
         if started is not None:
             self.metrics.task_duration.labels(ns, label).observe(time.monotonic() - started)
-        self.metrics.task_steps.labels(ns, label).observe(fields.get("step", 0))
+        step = fields.get("step", current.get("step", 0))
+        self.metrics.task_steps.labels(ns, label).observe(step)
         log.info(
             "task finished",
-            extra={
-                "ordo": {
-                    "phase": outcome.phase,
-                    "reason": outcome.reason,
-                    "step": fields.get("step", 0),
-                }
-            },
+            extra={"ordo": {"phase": outcome.phase, "reason": outcome.reason, "step": step}},
         )
         await self.release(ns, name, updated)
+
+    async def _write(
+        self, namespace: str, name: str, execution_id: str | None, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Patch the status fields, fenced by `execution_id` when the Task was claimed."""
+        if execution_id is not None:
+            return await self.client.patch_status_fenced(
+                "Task", namespace, name, execution_id, fields
+            )
+        return await self.client.patch("Task", namespace, name, {"status": fields}, status=True)
 
     async def release(self, namespace: str, name: str, known: dict[str, Any] | None = None) -> None:
         """Remove ordo's finalizer (conditional on resourceVersion, retried on conflict).
@@ -237,7 +270,7 @@ class ProgressWriter:
     async def write(self, state: RunState) -> None:
         """Patch the bounded progress summary of `state` (fenced by the executionId). Called
         by the coalesced run writes (coalesce.py), at most once per flush window."""
-        patch = status_mod.to_patch(status_mod.progress(state))
+        patch = status_mod.bounded(status_mod.to_patch(status_mod.progress(state)))
         if self._first:
             patch["snapshotHash"] = self._snapshot.content_hash
             if self._snapshot.agent_generation is not None:

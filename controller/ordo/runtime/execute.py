@@ -4,8 +4,11 @@ Resolve the Task, let the caller prepare (the operator loads its checkpoint and 
 listeners), wire the model, tools and memory, run the step loop, and return a TaskOutcome
 whose `status()` is the `api` TaskStatus. Whatever happens inside, a run ends with a
 documented reason: ordo's own errors carry theirs, anything unexpected becomes
-`InternalError` naming only the exception type. The deadline is anchored at `started_at`
-(the Task's first claim), so resolution, tool set-up and resumes all count against it.
+`InternalError` naming only the exception type. Every exit, an exception included, keeps
+how far the run got: `execute` owns the RunState the loop works on, so the status of a run
+that ended in error still has its step, usage and tool calls. The deadline is anchored at
+`started_at` (the Task's first claim), so resolution, tool set-up and resumes all count
+against it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..api import Task
 from ..api.task import Reason, TaskStatus
 from ..engine.approvals import ApprovalDecider, resume_pause
 from ..engine.events import Listener
-from ..engine.loop import run_agent
+from ..engine.loop import initial_state, run_agent
 from ..engine.state import RunResult, RunState
 from ..errors import LeaseLost, OrdoError, ToolSetupError
 from . import status as status_mod
@@ -68,6 +71,15 @@ class TaskOutcome:
     """The ordo error that ended the run, if one did."""
     trace_id: str | None = None
     """The trace of the run's invoke_agent span (runtime/tracing.py): status.traceId."""
+    state: RunState | None = None
+    """How far a run got that ended without a result (an error exit): its step, usage and
+    tool calls go into the status. None: no state was known (the operator then keeps what
+    the Task's status already shows, operator/writer.py)."""
+
+    @property
+    def known_state(self) -> RunState | None:
+        """The run state this outcome reports, from its result or its error exit."""
+        return self.result.state if self.result is not None else self.state
 
     @property
     def awaiting(self) -> bool:
@@ -91,7 +103,7 @@ class TaskOutcome:
             phase,
             self.reason,
             self.message,
-            state=result.state if result else None,
+            state=self.known_state,
             output=result.output if result else "",
             structured_output=result.structured_output if result else None,
             snapshot_hash=snapshot.content_hash if snapshot else None,
@@ -99,9 +111,12 @@ class TaskOutcome:
         )
 
 
-def internal_error(exc: BaseException, snapshot: Snapshot | None = None) -> TaskOutcome:
-    """An unexpected exception as a terminal outcome. The message and the log name only the
-    exception type and the code locations — an exception's text may carry content."""
+def internal_error(
+    exc: BaseException, snapshot: Snapshot | None = None, state: RunState | None = None
+) -> TaskOutcome:
+    """An unexpected exception as a terminal outcome that keeps `state` (how far the run
+    got). The message and the log name only the exception type and the code locations — an
+    exception's text may carry content."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = [f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}:{f.name}" for f in frames[-6:]]
     log.error(
@@ -115,6 +130,7 @@ def internal_error(exc: BaseException, snapshot: Snapshot | None = None) -> Task
         "operator log has where it happened",
         snapshot=snapshot,
         error=OrdoError(type(exc).__name__),
+        state=state,
     )
 
 
@@ -176,8 +192,9 @@ async def _run(
 ) -> TaskOutcome:
     prepared = await prepare(snapshot) if prepare is not None else Prepared()
     sinks = [*listeners, *prepared.listeners]
-    if prepared.state is not None:  # waiting for a human is not run time (approvals.py)
-        anchor += resume_pause(prepared.state, time.time())
+    resumed = prepared.state
+    if resumed is not None:  # waiting for a human is not run time (approvals.py)
+        anchor += resume_pause(resumed, time.time())
     remaining = snapshot.timeout - (time.time() - anchor)
     model = model_factory(snapshot)
     closers: list[Any] = [model]
@@ -194,29 +211,42 @@ async def _run(
                 "Timeout",
                 f"tools and memory were not set up within the run's timeout ({snapshot.timeout:g}s)",
                 snapshot=snapshot,
+                state=resumed,
             )
         except OrdoError as exc:
-            return TaskOutcome("Failed", exc.reason, exc.message, snapshot=snapshot, error=exc)
+            return TaskOutcome(
+                "Failed", exc.reason, exc.message, snapshot=snapshot, error=exc, state=resumed
+            )
         except Exception as exc:  # an MCP server or memory backend that cannot be reached
             error = ToolSetupError(
                 f"a tool or the memory backend could not be set up ({type(exc).__name__})"
             )
             return TaskOutcome(
-                "Failed", error.reason, error.message, snapshot=snapshot, error=error
+                "Failed", error.reason, error.message, snapshot=snapshot, error=error, state=resumed
             )
         config = run_config(snapshot, elapsed=time.time() - anchor)
         if prepared.approval_timeout is not None:
             config = dataclasses.replace(config, approval_timeout=prepared.approval_timeout)
         config = dataclasses.replace(config, approval_decider=prepared.approval_decider)
-        result = await run_agent(
-            config,
-            model,
-            tools,
-            listeners=sinks,
-            state=prepared.state,
-            cancel=cancel,
-            guardrails=guards,
-        )
+        # The loop works on this object in place: whatever ends the run, it says how far it got.
+        state = resumed if resumed is not None else initial_state(config)
+        try:
+            result = await run_agent(
+                config,
+                model,
+                tools,
+                listeners=sinks,
+                state=state,
+                fresh=resumed is None,
+                cancel=cancel,
+                guardrails=guards,
+            )
+        except OrdoError as exc:  # LeaseLost: the outcome is abandoned, nothing is written
+            return TaskOutcome(
+                "Failed", exc.reason, exc.message, snapshot=snapshot, error=exc, state=state
+            )
+        except Exception as exc:  # a provider, listener or validator bug: keep the progress
+            return internal_error(exc, snapshot, state)
     finally:
         for closer in reversed(closers):
             await close_quietly(closer)

@@ -1,6 +1,11 @@
 """The one place where a run's results become Task status: built from, and validated by, the
-`api` TaskStatus model, with every string capped to its CRD length so a status write can never
-be refused by the API server (a refused terminal write would leave the Task `Running`)."""
+`api` TaskStatus model, with every string capped to its CRD length and every status write
+within `MAX_STATUS_BYTES` (engine/jsonsize.py's measure, an upper bound of what is sent and
+what etcd stores), so the API server never refuses one for its content or its size (a refused
+terminal write would leave the Task `Running`). The per-field caps alone do not add up to
+that total (100 tool-call records of model-chosen names and ids in 12-byte characters come
+to more than 1 MB), so `bounded` enforces it; `reduced` is the terminal status that must land
+when the API server refuses even that (a Task whose spec leaves little room)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from ..api.task import (
     ToolOutcome,
     Usage,
 )
+from ..engine.jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from ..engine.state import RunState
 from ..engine.state import ToolCallRecord as EngineRecord
 from ..engine.transcript import Usage as EngineUsage
@@ -27,6 +33,14 @@ MAX_TOOL_NAME_CHARS = 128
 MAX_RECORD_REASON_CHARS = 1024
 MAX_CALL_ID_CHARS = 256
 TRUNCATION_MARKER = "…"
+MAX_STATUS_BYTES = 524_288
+"""Most bytes (engine/jsonsize.py) of a status write the operator builds: a third of etcd's
+1.5 MiB request limit, leaving the rest for the Task's spec and metadata."""
+REDUCED_MESSAGE_CHARS = 512
+REDUCED_NOTE = (
+    " (status reduced: the API server refused the full status for its size; toolCalls, "
+    "guardrails, output and structuredOutput are omitted)"
+)
 
 
 def cap(text: str, limit: int) -> str:
@@ -124,6 +138,12 @@ def terminal(
         fields["output"] = cap(output, MAX_OUTPUT_CHARS)
         if len(output) > MAX_OUTPUT_CHARS:
             fields["output_truncated"] = True
+    if (
+        structured_output is not None
+        and json_size(structured_output, MAX_STRUCTURED_OUTPUT_BYTES) > MAX_STRUCTURED_OUTPUT_BYTES
+    ):  # the engine fails such an answer `InvalidOutput`; never carried whatever the caller
+        structured_output = None
+        fields["output_truncated"] = True
     return TaskStatus(
         phase=phase,
         reason=reason,
@@ -138,3 +158,108 @@ def terminal(
 def to_patch(status: TaskStatus) -> dict[str, Any]:
     """The status as a merge-patch body: camelCase, only the fields that are set."""
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+_MARGIN = 128
+"""Bytes kept free for the flags `bounded` adds (`outputTruncated`, `toolCallsTruncated`)."""
+_RECORDS = ("toolCalls", "guardrails")
+
+
+def bounded(fields: dict[str, Any], limit: int = MAX_STATUS_BYTES) -> dict[str, Any]:
+    """`fields` (a status patch, camelCase) within `limit` bytes; `fields` itself when it fits.
+    Otherwise what must land stays whole (phase, reason, message, step, usage, conditions,
+    timestamps: some 120 KB at most by their caps), then `structuredOutput` whole or not at
+    all, then the newest `toolCalls` and `guardrails` records, with at least half the room
+    left if `output` needs it, then `output` cut to what remains; each cut is flagged."""
+    if json_size(fields, limit) <= limit:
+        return fields
+    out = {k: v for k, v in fields.items() if k not in (*_RECORDS, "output", "structuredOutput")}
+    room = limit - _MARGIN - json_size(out, limit)
+    structured = fields.get("structuredOutput")
+    if structured is not None:
+        cost = _member_size("structuredOutput", structured, room)
+        if cost <= room:
+            out["structuredOutput"] = structured
+            room -= cost
+        else:
+            out["outputTruncated"] = True
+    output = fields.get("output")
+    output_cost = _member_size("output", output, limit) if output is not None else 0
+    for key in _RECORDS:
+        records = fields.get(key)
+        if records:
+            kept, used = _newest(key, records, max(room - output_cost, room // 2))
+            out[key] = kept
+            room -= used
+            if len(kept or ()) < len(records) and key == "toolCalls":
+                out["toolCallsTruncated"] = True
+    if output is not None:
+        text = _fit_text(output, room - len("output") - 6)
+        out["output"] = text
+        if text != output:
+            out["outputTruncated"] = True
+    if json_size(out, limit) > limit:  # by construction never; the bound holds regardless
+        out.update({k: None for k in (*_RECORDS, "output", "structuredOutput")})
+    return out
+
+
+def _member_size(key: str, value: Any, limit: int) -> int:
+    """Bytes `"key": value, ` adds to an object."""
+    return json_size(value, limit) + len(key) + 6
+
+
+def _newest(key: str, records: list[Any], room: int) -> tuple[list[Any] | None, int]:
+    """The newest records whose member `"key": [...]` fits in `room`, and the bytes used."""
+    used = len(key) + 8  # the key, its quotes and separators, the brackets
+    kept: list[Any] = []
+    for record in reversed(records):
+        cost = json_size(record, room) + 2
+        if used + cost > room:
+            break
+        kept.append(record)
+        used += cost
+    if not kept:
+        return None, 0
+    kept.reverse()
+    return kept, used
+
+
+def _fit_text(text: str, room: int) -> str | None:
+    """`text`, or its longest capped prefix (ending in the marker) of at most `room` bytes."""
+    if json_size(text, room) <= room:
+        return text
+    low, high = 0, len(text)  # the longest prefix that fits is in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if json_size(cap(text, middle), room) <= room:
+            low = middle
+        else:
+            high = middle
+    return cap(text, low) if low > len(TRUNCATION_MARKER) else None
+
+
+def reduced(fields: dict[str, Any]) -> dict[str, Any]:
+    """The terminal status that must land when the API server refused `fields` for its size:
+    phase, reason, step, usage and the timestamps; the message capped and saying so; the
+    large fields set to null, which removes them from the stored status (kube-apiserver
+    prunes nulls), also what earlier progress writes stored. The caller adds conditions."""
+    keep = (
+        "phase",
+        "reason",
+        "step",
+        "usage",
+        "startedAt",
+        "completedAt",
+        "observedGeneration",
+        "agentGeneration",
+        "snapshotHash",
+        "traceId",
+    )
+    out: dict[str, Any] = {k: fields[k] for k in keep if k in fields}
+    out["message"] = cap(fields.get("message") or "", REDUCED_MESSAGE_CHARS) + REDUCED_NOTE
+    out.update({k: None for k in (*_RECORDS, "output", "structuredOutput")})
+    if fields.get("output") is not None or fields.get("structuredOutput") is not None:
+        out["outputTruncated"] = True
+    if fields.get("toolCalls"):
+        out["toolCallsTruncated"] = True
+    return out
