@@ -16,9 +16,9 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import httpx
 import kopf
@@ -55,16 +55,49 @@ exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); without a TTY the Task is cancelled first
   {EXIT_TERMINATED}  terminated (SIGTERM, e.g. a CI job stopped): the Task is cancelled first
 
-Ctrl-C asks "cancel Task X? [y/N]" when stdin is a terminal; without one (CI) it cancels
-the Task (sets spec.cancel), waits for it to end and exits {EXIT_INTERRUPTED}. A second Ctrl-C
-stops waiting."""
+Ctrl-C asks "cancel Task X? [y/N]" when stdin is a terminal; without one (CI, stdin
+closed) it cancels the Task (sets spec.cancel), waits for it to end and exits {EXIT_INTERRUPTED}.
+A second Ctrl-C stops waiting. A signal while the Task is being created cancels it once the
+create returns; one before that creates no Task."""
 
 MAX_PREFIX = 58
 """generateName prefix cap: the API server adds 5 characters, so names fit 63 (a label)."""
 
 
+T = TypeVar("T")
+
+
 class InvokeError(Exception):
     """A usage or connection problem: printed, exit 2."""
+
+
+class Stop:
+    """SIGINT and SIGTERM as one invocation sees them, from before its first request to its
+    end. Neither is ever the default "exit now": that would leave a Task whose create request
+    was in flight running with nobody waiting for it (the Task can exist before the answer
+    comes). A signal only sets `requested`; each phase decides what it means (`Invocation`)."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.terminated = False
+        """A SIGTERM came (a CI system stopping the job): cancel without asking."""
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._on, False)
+            loop.add_signal_handler(signal.SIGTERM, self._on, True)
+
+    def remove(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    def _on(self, terminated: bool) -> None:
+        self.terminated = self.terminated or terminated
+        self.requested.set()
+
+    def exit_code(self) -> int:
+        return EXIT_TERMINATED if self.terminated else EXIT_INTERRUPTED
 
 
 def exit_code(phase: str | None) -> int:
@@ -126,8 +159,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_input(args: argparse.Namespace, stdin: TextIO) -> str | None:
-    """The input text from `--input`, `--input-file` or `-` (at most one), or None."""
+def read_input(args: argparse.Namespace, stdin: TextIO | None) -> str | None:
+    """The input text from `--input`, `--input-file` or `-` (at most one), or None. `stdin`
+    is None when file descriptor 0 is closed (a CI job may run commands so)."""
     given = [
         flag
         for flag, value in (
@@ -142,6 +176,8 @@ def read_input(args: argparse.Namespace, stdin: TextIO) -> str | None:
     if args.input is not None:
         return str(args.input)
     if args.input_file == "-" or args.stdin is not None:
+        if stdin is None:
+            raise InvokeError("stdin is closed: give the input with --input or --input-file")
         return stdin.read()
     if args.input_file is not None:
         try:
@@ -198,12 +234,15 @@ class Invocation:
         self.out = out
         self.err = err
         self.interactive = interactive
-        self.read_line = read_line or sys.stdin.readline
+        self.read_line = read_line or (lambda: sys.stdin.readline() if sys.stdin else "")
+        self.stop = Stop()
 
     def note(self, line: str) -> None:
         print(line, file=self.err, flush=True)
 
     async def run(self, info: kopf.ConnectionInfo) -> int:
+        loop = asyncio.get_running_loop()
+        self.stop.install(loop)  # before the first request: see `Stop`
         namespace = self.args.namespace or info.default_namespace or "default"
         kube = KubeClient(info, max_connections=4)
         keep: list[Any] = []
@@ -213,21 +252,48 @@ class Invocation:
         finally:
             await http.aclose()
             await kube.close()
+            self.stop.remove(loop)
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> T | None:
+        """`work`'s result, or None (`work` cancelled) once a signal came first. Only for what
+        is safe to abandon: the reads before the Task is created, never the create."""
+        job = asyncio.ensure_future(work)
+        stopper = asyncio.ensure_future(self.stop.requested.wait())
+        try:
+            await asyncio.wait({job, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if job.done():
+            return job.result()
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+        return None
 
     async def _run(self, kube: KubeClient, http: httpx.AsyncClient, namespace: str) -> int:
         agent = self.args.agent
         try:
-            if await kube.get("Agent", namespace, agent) is None:
+            found = await self._unless_stopped(kube.get("Agent", namespace, agent))
+            if found is None and not self.stop.requested.is_set():
                 self.note(f"error: Agent {agent!r} not found in namespace {namespace!r}")
                 return EXIT_USAGE
         except ApiError as exc:
             if exc.status == 0:
                 raise
             # No permission to read Agents (RBAC): the operator reports a missing one.
+        if self.stop.requested.is_set():
+            self.note("stopped before creating a Task: no Task was created")
+            return self.stop.exit_code()
+        # A signal while the create is in flight only sets `stop.requested`: the create ends,
+        # and the Task it made is cancelled below (`_follow`), never left running unwatched.
         created = await kube.create("Task", namespace, task_manifest(agent, self.text))
         name = str(created["metadata"]["name"])
         self.note(f"task/{name} created in namespace {namespace}")
         if not self.args.wait:
+            if self.stop.requested.is_set():  # stopped before the command had done its job
+                await kube.patch("Task", namespace, name, {"spec": {"cancel": True}})
+                self.note(f"task/{name} was asked to cancel: stopped while it was being created")
+                return self.stop.exit_code()
             print(name, file=self.out, flush=True)
             return EXIT_SUCCEEDED
         version = str(created["metadata"].get("resourceVersion", ""))
@@ -237,17 +303,7 @@ class Invocation:
         self, kube: KubeClient, http: httpx.AsyncClient, namespace: str, name: str, version: str
     ) -> int:
         loop = asyncio.get_running_loop()
-        interrupted = asyncio.Event()
-        terminated = False
-
-        def on_sigterm() -> None:
-            nonlocal terminated
-            terminated = True
-            interrupted.set()
-
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, interrupted.set)
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        interrupted = self.stop.requested  # already set if a signal came during the create
         final: dict[str, Any] | None = None
         progress = Progress()
 
@@ -285,9 +341,11 @@ class Invocation:
                 interrupted.clear()
                 if cancelled:
                     self.note(f"stopped waiting; task/{name} was asked to cancel")
-                    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+                    return self.stop.exit_code()
                 # SIGTERM (a stopped CI job) cancels without asking: nobody is there to answer.
-                confirmed = terminated or not self.interactive or await self._confirm(name)
+                confirmed = (
+                    self.stop.terminated or not self.interactive or await self._confirm(name)
+                )
                 interrupted.clear()
                 if not confirmed:
                     self.note(f"task/{name} keeps running; waiting (Ctrl-C again to ask)")
@@ -299,19 +357,14 @@ class Invocation:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, ApiError):
                 await follower
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
-                loop.remove_signal_handler(signal.SIGTERM)
         if final is None:
             self.note(f"task/{name} was deleted before it ended")
-            if cancelled:
-                return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-            return EXIT_CANCELLED
+            return self.stop.exit_code() if cancelled else EXIT_CANCELLED
         status = final.get("status") or {}
         self.note(f"task/{name} {summary(status)}")
         self._print(status)
         if cancelled:
-            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+            return self.stop.exit_code()
         return exit_code(status.get("phase"))
 
     async def _confirm(self, name: str) -> bool:
@@ -348,7 +401,10 @@ def run(args: argparse.Namespace) -> int:
             timeout=timeout,
             out=sys.stdout,
             err=sys.stderr,
-            interactive=args.stdin is None and args.input_file != "-" and sys.stdin.isatty(),
+            interactive=args.stdin is None
+            and args.input_file != "-"
+            and sys.stdin is not None  # fd 0 closed: no terminal
+            and sys.stdin.isatty(),
         )
         return asyncio.run(invocation.run(info))
     except (InvokeError, KubeconfigError) as exc:

@@ -1,6 +1,7 @@
 """`ordo invoke` and `kubectl ordo invoke` against the real control plane, with the operator
 running as a subprocess: exit codes for Succeeded, Failed, --no-wait, --timeout, and a SIGINT
-that cancels the Task."""
+or SIGTERM that cancels the Task, also as a CI system sends it: no TTY, stdin closed, and at
+any moment, the create request in flight included."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tests.support.faultproxy import FaultProxy
 from tests.support.operator import OperatorProcess, apply, get_json, tasks, wait_for, wait_task
 
 from ordo_devcluster import ControlPlane
@@ -246,6 +250,97 @@ def test_a_signal_without_tty_cancels_the_task_and_exits(
     task = get_json(control_plane, "task", name, "-n", namespace)
     assert task["spec"]["cancel"] is True
     assert task["status"]["phase"] == "Cancelled"
+
+
+def ci_invoke(cp: ControlPlane, *args: str) -> subprocess.Popen[str]:
+    """`ordo invoke` as a CI job runs it: CI=true, no TTY, stdin closed (fd 0 not open)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ordo.cli", "invoke", *args],
+        env={**env(cp), "CI": "true"},
+        stdin=None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(0),
+    )
+
+
+def stopped_like_ci(proc: subprocess.Popen[str], when: Callable[[], object]) -> tuple[str, str]:
+    """SIGTERM once `when()` is true, then the process's (stdout, stderr)."""
+    try:
+        wait_for(when, timeout=60, what="the moment to send SIGTERM")
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def only_task(cp: ControlPlane, namespace: str) -> dict[str, Any] | None:
+    found = tasks(cp, namespace)
+    return found[0] if found else None
+
+
+def test_sigterm_with_stdin_closed_cancels_the_task(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(control_plane, namespace, SLOW)
+    proc = ci_invoke(control_plane, "slow-agent", "-n", namespace)
+
+    def running() -> bool:
+        task = only_task(control_plane, namespace)
+        return task is not None and (task.get("status") or {}).get("phase") == "Running"
+
+    stdout, stderr = stopped_like_ci(proc, running)
+    assert proc.returncode == 143, stderr
+    task = only_task(control_plane, namespace)
+    assert task is not None and task["spec"]["cancel"] is True
+    name = task["metadata"]["name"]
+    assert f"task/{name} Cancelled" in stderr and stdout == ""
+    assert task["status"]["phase"] == "Cancelled"
+
+
+def test_sigterm_while_the_task_is_being_created_cancels_it(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """The create request is applied but its answer is late (a slow API server, or just bad
+    timing): a SIGTERM then must not leave a Task running that nobody waits for."""
+    apply(control_plane, namespace, SLOW)
+    with FaultProxy(
+        control_plane.kubeconfig, tmp_path / "proxy", rate=1.0, kinds=("delay",),
+        delay_range=(3.0, 3.0),
+    ) as proxy:  # fmt: skip
+        proxy.arm()  # every request answered 3 s after it was applied
+        proc = ci_invoke(
+            control_plane, "slow-agent", "-n", namespace, "--kubeconfig", str(proxy.kubeconfig)
+        )
+        _, stderr = stopped_like_ci(proc, lambda: only_task(control_plane, namespace))
+    assert proc.returncode == 143, stderr
+    task = only_task(control_plane, namespace)
+    assert task is not None and task["spec"].get("cancel") is True, stderr
+    name = task["metadata"]["name"]
+    status = wait_task(control_plane, namespace, name)["status"]
+    assert status["phase"] == "Cancelled"
+
+
+def test_sigterm_before_the_task_is_created_creates_none(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    apply(control_plane, namespace, SLOW)
+    with FaultProxy(
+        control_plane.kubeconfig, tmp_path / "proxy", rate=1.0, kinds=("delay",),
+        delay_range=(3.0, 3.0),
+    ) as proxy:  # fmt: skip
+        proxy.arm()
+        proc = ci_invoke(
+            control_plane, "slow-agent", "-n", namespace, "--kubeconfig", str(proxy.kubeconfig)
+        )
+        # The Agent is being read (its answer takes 3 s): no Task exists yet.
+        _, stderr = stopped_like_ci(proc, lambda: proxy.requests["GET"] >= 1)
+    assert proc.returncode == 143, stderr
+    assert "no Task was created" in stderr
+    assert tasks(control_plane, namespace) == []
 
 
 def test_without_watch_or_agent_read_permission_it_polls(

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -231,3 +234,43 @@ def test_summary_line() -> None:
     failed = {"phase": "Failed", "reason": "MaxStepsExceeded", "message": "stopped after 1 step"}
     assert invoke.summary(failed) == "Failed: MaxStepsExceeded: stopped after 1 step (0 step(s))"
     assert "MaxStepsExceeded" in REASONS
+
+
+def closed_stdin_invoke(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`ordo invoke` with file descriptor 0 closed (a CI job, `<&-`): `sys.stdin` is None,
+    against an API server that refuses connections."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: v1
+            kind: Config
+            clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+            users: [{name: u, user: {token: t}}]
+            contexts: [{name: x, context: {cluster: c, user: u, namespace: ns}}]
+            current-context: x
+            """
+        )
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "ordo.cli", "invoke", *argv, "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, "CI": "true"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(0),
+    )
+
+
+def test_with_stdin_closed_it_runs_without_a_tty(tmp_path: Path) -> None:
+    result = closed_stdin_invoke(tmp_path, "a")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2 and "error: Kubernetes API" in result.stderr
+
+
+def test_input_from_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    result = closed_stdin_invoke(tmp_path, "a", "-")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2 and "stdin is closed" in result.stderr
+    with pytest.raises(invoke.InvokeError, match="stdin is closed"):
+        invoke.read_input(parse("a", "--input-file", "-"), None)
