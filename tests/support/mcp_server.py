@@ -7,12 +7,15 @@ Tools:
     fail(reason)      raises: the result has isError true
     slow(seconds)     sleeps, then returns "slept"
     image()           returns an image block and a text block
+    big(size)         returns a text of `size` bytes (the hostile-size tests)
 
-The endpoint is `<url>/mcp`. With `require_token`, requests without
-`Authorization: Bearer <token>` get HTTP 401. `GET <url>/_mcp/calls` returns the call counts
+The endpoint is `<url>/mcp`; it answers in SSE streams, or in JSON bodies with
+`json_response`. With `require_token`, requests without
+`Authorization: Bearer <token>` get HTTP 401. The SDK's Host check accepts 127.0.0.1 and
+localhost, and the names in `host_names` (any port); `hosts` records the Host headers seen. `GET <url>/_mcp/calls` returns the call counts
 and `GET <url>/_mcp/headers` the Authorization headers seen, for process mode:
 
-    python -m tests.support.mcp_server --port 0 [--require-token T]
+    python -m tests.support.mcp_server --port 0 [--require-token T] [--json-response]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ImageContent, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -36,8 +40,18 @@ from .threaded_server import Cleanup, ServerThread, serve_uvicorn
 class McpTestServer:
     """The test MCP server; `start()` serves it from a background thread."""
 
-    def __init__(self, *, require_token: str | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        require_token: str | None = None,
+        port: int = 0,
+        json_response: bool = False,
+        host_names: tuple[str, ...] = (),
+    ) -> None:
         self.require_token = require_token
+        self.json_response = json_response
+        self.host_names = host_names
+        self.hosts: list[str | None] = []
         self.port = port
         self.calls: Counter[str] = Counter()
         self.auth_headers: list[str | None] = []
@@ -81,6 +95,11 @@ class McpTestServer:
                 TextContent(type="text", text="a caption"),
             ]
 
+        @mcp.tool(description="A text of `size` bytes.")
+        def big(size: int) -> str:
+            self._count("big")
+            return "x" * size
+
         @mcp.custom_route("/_mcp/calls", methods=["GET"])
         async def calls(request: Request) -> JSONResponse:
             with self._lock:
@@ -94,7 +113,14 @@ class McpTestServer:
         return mcp
 
     def app(self) -> Any:
-        inner = self.mcp.streamable_http_app(host="127.0.0.1")
+        names = ("127.0.0.1", "localhost", *self.host_names)
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"{name}:*" for name in names],
+            allowed_origins=[f"http://{name}:*" for name in names],
+        )
+        inner = self.mcp.streamable_http_app(
+            host="127.0.0.1", json_response=self.json_response, transport_security=security
+        )
 
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http" and scope["path"].startswith("/mcp"):
@@ -102,6 +128,7 @@ class McpTestServer:
                 auth = headers.get("authorization")
                 with self._lock:
                     self.auth_headers.append(auth)
+                    self.hosts.append(headers.get("host"))
                 if self.require_token is not None and auth != f"Bearer {self.require_token}":
                     await JSONResponse({"error": "unauthorized"}, status_code=401)(
                         scope, receive, send
@@ -141,8 +168,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="MCP test server (streamable HTTP)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--require-token", default=None)
+    parser.add_argument("--json-response", action="store_true")
     args = parser.parse_args(argv)
-    test_server = McpTestServer(require_token=args.require_token, port=args.port)
+    test_server = McpTestServer(
+        require_token=args.require_token, port=args.port, json_response=args.json_response
+    )
 
     async def run() -> None:
         # In the main thread uvicorn handles SIGINT/SIGTERM itself: serve until it returns.

@@ -81,7 +81,7 @@ async def test_a_tool_the_server_does_not_list_fails_to_describe(
 ) -> None:
     executor = build_executor(mcp_tool(mcp_server, "nope"))
     assert isinstance(executor, McpToolExecutor)
-    with pytest.raises(McpToolNotFound, match=r"'nope'.*add, echo, fail, image, slow"):
+    with pytest.raises(McpToolNotFound, match=r"'nope'.*add, big, echo, fail, image, slow"):
         await executor.describe()
 
 

@@ -33,7 +33,7 @@ from ..api.manifests import references
 from ..api.policy import LabelSelector
 from ..api.tool import model_tool_name
 from ..engine.tooling import ResolvedTool
-from ..errors import InvalidSchema, validation_problem
+from ..errors import InvalidSchema, ToolFailure, validation_problem
 from ..runtime.store import ObjectStore
 from ..tools import netguard
 
@@ -213,6 +213,8 @@ async def tool_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
                 await executor.describe()
         except InvalidSchema as exc:
             return Verdict("False", "InvalidSpec", str(exc)[:1024])
+        except ToolFailure as exc:  # names the Tool, the host and the cause, never content
+            return Verdict("False", "ServerUnavailable", exc.message[:1024])
         except Exception as exc:
             remote = (tool.spec.mcp.tool_name if tool.spec.mcp else None) or tool.name
             return Verdict(
