@@ -16,8 +16,16 @@ from hypothesis import strategies as st
 from ordo.api import MEMORY_OPERATIONS
 from ordo.api.memory import MemoryIngest
 from ordo.engine.governance import memory_operation, memory_tool_name
+from ordo.engine.stepcalls import argument_problem
 from ordo.engine.tooling import ToolFailure
 from ordo.memory import InMemoryBackend, chunk_text
+from ordo.memory.base import (
+    MAX_INMEMORY_CHARS,
+    MAX_INMEMORY_ENTRIES,
+    MAX_QUERY_CHARS,
+    MAX_RESULT_CHARS,
+    MAX_SEARCH_RESULTS,
+)
 from ordo.memory.inmemory import shared_backend
 from ordo.runtime.execute import execute
 from ordo.tools.memory_tools import SCHEMAS, memory_bindings
@@ -183,6 +191,62 @@ def test_schemas_reject_bad_arguments() -> None:
     _, search = SCHEMAS["search"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"query": "q", "limit": 0}, search)
+
+
+async def test_a_query_over_the_cap_is_refused_with_a_clear_error() -> None:
+    """The error result names the cap; the backend, called directly, reads the first
+    MAX_QUERY_CHARS characters only (deterministic truncation)."""
+    backend = InMemoryBackend()
+    await backend.write("k", "needle")
+    search = by_name(backend)["memory_search"].executor
+    assert "needle" in (await search({"query": "q" * (MAX_QUERY_CHARS - 7) + " needle"})).content
+    with pytest.raises(ToolFailure, match=f"at most {MAX_QUERY_CHARS}"):
+        await search({"query": "q" * MAX_QUERY_CHARS + " needle"})
+    assert await backend.search("q" * MAX_QUERY_CHARS + " needle") == []
+    _, schema = SCHEMAS["search"]
+    assert argument_problem(schema, {"query": "q", "limit": MAX_SEARCH_RESULTS + 1})
+
+
+async def test_a_search_result_carries_at_most_the_result_cap_of_values() -> None:
+    backend = InMemoryBackend()
+    for i in range(MAX_SEARCH_RESULTS):
+        await backend.write(f"k{i:02d}", f"needle {i} " + "v" * 65_000)
+    out = await by_name(backend)["memory_search"].executor(
+        {"query": "needle", "limit": MAX_SEARCH_RESULTS}
+    )
+    found = json.loads(out.content)
+    assert [e["key"] for e in found] == [f"k{i:02d}" for i in range(MAX_SEARCH_RESULTS)]
+    assert sum(len(e["value"]) for e in found) == MAX_RESULT_CHARS
+    assert "truncated" not in found[0] and found[1]["truncated"] is True
+    assert found[-1] == {"key": f"k{MAX_SEARCH_RESULTS - 1:02d}", "value": "", "truncated": True}
+    assert len(await backend.search("needle", limit=500)) == MAX_SEARCH_RESULTS
+
+
+async def test_the_in_memory_store_is_capped_by_entries_and_characters() -> None:
+    backend = InMemoryBackend()
+    for i in range(MAX_INMEMORY_ENTRIES):
+        await backend.write(f"k{i}", "")
+    with pytest.raises(ToolFailure, match=f"holds {MAX_INMEMORY_ENTRIES} entries"):
+        await backend.write("one-more", "v")
+    await backend.write("k0", "an existing key can still be overwritten")
+    assert [e.key for e in await backend.search("existing")] == ["k0"]
+
+    big = InMemoryBackend()
+    value = "x" * 65_536
+    for i in range(MAX_INMEMORY_CHARS // (len(value) + 8)):
+        await big.write(f"k{i:06d}", value)
+    with pytest.raises(ToolFailure, match=r"at most \d+ characters"):
+        await big.write("last", value)
+    await big.write("k000000", "small")  # shrinking is always possible
+    await big.write("last", value)
+
+
+async def test_overwriting_an_entry_replaces_its_index() -> None:
+    backend = InMemoryBackend()
+    await backend.write("doc", "alpha alpha beta")
+    await backend.write("doc", "gamma")
+    assert await backend.search("alpha beta") == []
+    assert [e.key for e in await backend.search("gamma")] == ["doc"]
 
 
 async def test_shared_backend_is_shared_per_scope() -> None:

@@ -13,12 +13,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from tests.support.stall import StallWatchdog
 from tests.support.wire import service_url
 
 from ordo.api import Memory
 from ordo.engine.tooling import ToolFailure
 from ordo.errors import MemoryBackendError
 from ordo.memory import InMemoryBackend, MemoryBackend, open_backend
+from ordo.memory.base import MAX_QUERY_CHARS, MAX_QUERY_TERMS, MAX_SEARCH_RESULTS, MAX_TERM_ENTRIES
+from ordo.memory.inmemory import MemoryStore
 from ordo.memory.postgres import TABLE, PostgresBackend
 from ordo.memory.redis import RedisBackend
 from ordo.tools.memory_tools import memory_bindings
@@ -91,7 +94,7 @@ async def opener(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
     elif kind == "postgres":
         url = service_url("ORDO_TEST_POSTGRES_URL")
     run = uuid.uuid4().hex[:8]
-    shared: dict[str, dict[str, str]] = {}
+    shared: dict[str, MemoryStore] = {}
     opened: list[MemoryBackend] = []
     prefixes: list[str] = []
 
@@ -99,7 +102,7 @@ async def opener(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
         prefix = f"wire-{run}/{name}"
         prefixes.append(prefix)
         if kind == "in-memory":
-            backend: MemoryBackend = InMemoryBackend(shared.setdefault(prefix, {}))
+            backend: MemoryBackend = InMemoryBackend(shared.setdefault(prefix, MemoryStore()))
         else:
             assert url is not None
             bare, password = split_password(url)
@@ -230,6 +233,96 @@ async def test_memory_tools_ingest_then_search(opener: Opener) -> None:
     assert "topic2" in out.content
     with pytest.raises(ToolFailure):
         await tools["memory_read"].executor({"key": "missing"})
+
+
+# --- the caps every backend shares (memory/base.py) ---------------------------------------
+
+
+async def test_search_counts_the_first_distinct_query_words_only(opener: Opener) -> None:
+    memory = await opener("m")
+    await memory.write("k", "target")
+    others = " ".join(f"other{i}" for i in range(MAX_QUERY_TERMS))
+    assert await memory.search(f"{others} target") == []  # the 33rd distinct word
+    repeated = " ".join(["other0"] * 100)
+    assert [e.key for e in await memory.search(f"{repeated} target")] == ["k"]
+
+
+async def test_search_reads_the_first_query_characters_only(opener: Opener) -> None:
+    memory = await opener("m")
+    await memory.write("k", "target")
+    assert await memory.search("-" * MAX_QUERY_CHARS + " target") == []
+    assert [e.key for e in await memory.search("-" * (MAX_QUERY_CHARS - 7) + " target")] == ["k"]
+
+
+async def test_search_and_list_return_at_most_the_result_cap(opener: Opener) -> None:
+    memory = await opener("m")
+    await asyncio.gather(*(memory.write(f"k{i:03d}", "word") for i in range(60)))
+    found = await memory.search("word", limit=1000)
+    assert [e.key for e in found] == [f"k{i:03d}" for i in range(MAX_SEARCH_RESULTS)]
+    assert len(await memory.list(limit=1000)) == MAX_SEARCH_RESULTS
+
+
+async def test_search_ranks_by_occurrences_over_many_entries(opener: Opener) -> None:
+    memory = await opener("m")
+    for i in range(300):
+        await memory.write(f"k{i:03d}", " ".join(["word"] * (i % 7 + 1)))
+    found = await memory.search("word", limit=5)
+    if memory.__class__.__name__ == "PostgresBackend":  # ts_rank: a different formula
+        assert all(e.value.count("word") == 7 for e in found[:3])
+    else:
+        assert [e.key for e in found] == ["k006", "k013", "k020", "k027", "k034"]
+
+
+@pytest.mark.services
+async def test_redis_ignores_a_word_too_common_to_rank_by() -> None:
+    """A word held by more than MAX_TERM_ENTRIES entries is a stop word: the server does not
+    add up its index (bounded work on the shared Redis), the other words still count."""
+    url, password = split_password(service_url("ORDO_TEST_REDIS_URL"))
+    prefix = f"wire-{uuid.uuid4().hex[:8]}"
+    backend = await RedisBackend.connect(url, password, prefix)
+    try:
+        for start in range(0, MAX_TERM_ENTRIES + 1, 40):
+            stop = min(start + 40, MAX_TERM_ENTRIES + 1)
+            await asyncio.gather(
+                *(backend.write(f"k{i:05d}", "common") for i in range(start, stop))
+            )
+        await backend.write("rare", "common rare")
+        async with StallWatchdog() as watchdog:
+            assert await backend.search("common") == []
+            assert [e.key for e in await backend.search("common rare")] == ["rare"]
+        assert watchdog.longest < 1.0, watchdog.report()
+    finally:
+        await backend.close()
+        await _cleanup("redis", [prefix])
+
+
+@pytest.mark.services
+async def test_redis_entries_written_before_the_counted_index_are_found_and_moved() -> None:
+    """The index before issue 23 was one set per word (`i:<word>`); an entry there counts one
+    occurrence per word and moves to the counted index (`z:<word>`) when it is rewritten."""
+    import redis.asyncio as aioredis
+
+    url, password = split_password(service_url("ORDO_TEST_REDIS_URL"))
+    prefix = f"wire-{uuid.uuid4().hex[:8]}"
+    base = f"ordo:mem:{{{prefix}}}"
+    client = aioredis.Redis.from_url(url, password=password, decode_responses=True)
+    await client.hset(f"{base}:v", "old", "legacy legacy text")  # type: ignore[misc]
+    await client.hset(f"{base}:w", "old", "legacy text")  # type: ignore[misc]
+    await client.zadd(f"{base}:k", {"old": 0})
+    for word in ("legacy", "text"):
+        await client.sadd(f"{base}:i:{word}", "old")  # type: ignore[misc]
+    backend = await RedisBackend.connect(url, password, prefix)
+    try:
+        await backend.write("new", "legacy legacy legacy")
+        assert [e.key for e in await backend.search("legacy")] == ["new", "old"]
+        await backend.write("old", "legacy legacy legacy legacy text")
+        assert [e.key for e in await backend.search("legacy")] == ["old", "new"]
+        assert await client.smembers(f"{base}:i:legacy") == set()  # type: ignore[misc]
+        assert await client.zscore(f"{base}:z:legacy", "old") == 4
+    finally:
+        await backend.close()
+        await client.aclose()
+        await _cleanup("redis", [prefix])
 
 
 @pytest.mark.services

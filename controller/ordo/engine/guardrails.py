@@ -14,10 +14,12 @@ This module holds the pattern check (RE2) and the LLM judge; the http check live
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..api.guardrail import GuardrailAction, GuardrailPoint, PatternGuardrail
 from ..api.jsonschema_re2 import compile_pattern
@@ -36,6 +38,7 @@ __all__ = [
     "ModelJudge",
     "PatternCheck",
     "Screening",
+    "TooManyMatches",
     "Verdict",
     "parse_verdict",
     "screen",
@@ -45,6 +48,14 @@ GUARDRAIL_REASON = "GuardrailViolation"
 """Prefix of a tool-call record's reason when a guardrail denied the call or its result."""
 MAX_CHECKED_CHARS = 1_048_576
 """Longest text a guardrail checks; a longer one is denied unchecked (fail closed)."""
+MAX_REDACTIONS = 10_000
+"""Matches one pattern of a redacting guardrail replaces in one text; more deny the text
+(`TooManyMatches`): replacing them costs a Python step each."""
+PATTERN_CHECK_SECONDS = 2.0
+"""Deadline of one pattern check (every pattern of a guardrail over one text); past it the text
+is denied (`Timeout`). Checks at the caps with ordinary patterns take tens of milliseconds."""
+MAX_PATTERN_THREADS = 2
+"""Pattern checks running at once per process (each in its own thread, off the event loop)."""
 MAX_VERDICT_CHARS = 262_144
 """Longest verdict (http body or judge answer) that is parsed."""
 MAX_REASON_CHARS = 4096
@@ -52,6 +63,7 @@ MAX_REASON_CHARS = 4096
 judge's explanation may quote the text it judged, so ordo writes it nowhere)."""
 
 Decision = Literal["allow", "deny", "redact"]
+T = TypeVar("T")
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -195,8 +207,20 @@ async def screen(
     return result
 
 
+class TooManyMatches(Exception):
+    """A redacting pattern matched more than MAX_REDACTIONS times: the text is denied."""
+
+
 class PatternCheck:
-    """`type: pattern`: RE2 search (deny) or substitution (redact), linear in the text."""
+    """`type: pattern`: RE2 search (deny) or substitution (redact), linear in the text.
+
+    RE2's constant grows with the pattern: a large counted repetition over non-ASCII text
+    defeats its DFA, and the fallback costs about program size x text bytes (~15 s for one
+    1,000-character pattern over 1 Mi characters). So the patterns run in a worker thread (RE2
+    releases the GIL), at most MAX_PATTERN_THREADS at a time per process, and a check not done
+    within PATTERN_CHECK_SECONDS denies (`Timeout`, fail closed); a check given up on stops
+    after the pattern it is in. A redaction replaces at most MAX_REDACTIONS matches (more
+    deny, `TooManyMatches`), each with the replacement taken literally."""
 
     def __init__(self, spec: PatternGuardrail) -> None:
         programs = []
@@ -211,12 +235,75 @@ class PatternCheck:
 
     async def __call__(self, point: GuardrailPoint, text: str) -> Verdict:
         if not self._redact:
-            hit = any(p.search(text) is not None for p in self._programs)
+            hit = await _off_loop(lambda stop: self._deny(text, stop))
             return Verdict("deny") if hit else Verdict("allow")
+        out = await _off_loop(lambda stop: self._redacted(text, stop))
+        return Verdict("redact", out) if out != text else Verdict("allow")
+
+    def _deny(self, text: str, stop: threading.Event) -> bool:
+        for program in self._programs:
+            if stop.is_set():
+                return True  # given up on: nobody reads this
+            if program.search(text) is not None:
+                return True
+        return False
+
+    def _redacted(self, text: str, stop: threading.Event) -> str:
         out = text
         for program in self._programs:
-            out = program.sub(lambda _m: self._replacement, out)
-        return Verdict("redact", out) if out != text else Verdict("allow")
+            if stop.is_set():
+                return text
+            pieces: list[str] = []
+            end = 0
+            for n, match in enumerate(program.finditer(out), 1):
+                if n > MAX_REDACTIONS:
+                    raise TooManyMatches
+                start, stop_at = match.span()
+                pieces += (out[end:start], self._replacement)
+                end = stop_at
+            if pieces:
+                pieces.append(out[end:])
+                out = "".join(pieces)
+        return out
+
+
+_PATTERN_SLOTS = threading.BoundedSemaphore(MAX_PATTERN_THREADS)
+
+
+async def _off_loop(work: Callable[[threading.Event], T]) -> T:
+    """`work(stop)` in a daemon thread (never delaying the process's exit), within
+    PATTERN_CHECK_SECONDS counted from the call (waiting for a free slot included); raises
+    TimeoutError past it and sets `stop` for the thread to give up."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    stop = threading.Event()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(stop), None
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, error = None, exc
+        finally:
+            _PATTERN_SLOTS.release()
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    try:
+        async with asyncio.timeout(PATTERN_CHECK_SECONDS):
+            while not _PATTERN_SLOTS.acquire(blocking=False):
+                await asyncio.sleep(0.005)
+            threading.Thread(target=run, name="ordo-pattern-check", daemon=True).start()
+            return await future
+    finally:
+        stop.set()
 
 
 JUDGE_FRAME = (

@@ -8,8 +8,9 @@ All Memories share one table, isolated by their prefix:
 The table and index are created when missing (under an advisory lock, so that concurrent
 first connections do not race). Search is PostgreSQL full text with the `simple`
 configuration (no stemming or stop words, like the in-memory backend): a row matches when it
-has ANY of the query's words (one `plainto_tsquery` per word, OR-ed), best `ts_rank` first,
-then key. Listing orders keys bytewise (`COLLATE "C"`). A dropped connection is reopened once
+has ANY of the query's words (one `plainto_tsquery` per word, OR-ed; the words are those of
+memory/base.py's `query_terms`, at most 32), best `ts_rank` first, then key. Ranking runs on
+the server over the GIN index's matches; ordo reads at most MAX_SEARCH_RESULTS rows. Listing orders keys bytewise (`COLLATE "C"`). A dropped connection is reopened once
 per operation; failures reach the model as error tool results naming the error kind only.
 """
 
@@ -23,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..engine.tooling import ToolFailure
 from ..errors import MemoryBackendError
-from .base import Entry, words
+from .base import Entry, query_terms, result_limit
 
 T = TypeVar("T")
 
@@ -40,7 +41,6 @@ _SCHEMA = (
     )""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_search ON {TABLE} USING gin (search)",
 )
-_MAX_QUERY_WORDS = 32
 
 
 def _like_prefix(prefix: str) -> str:
@@ -148,8 +148,9 @@ class PostgresBackend:
         await self._run(op)
 
     async def search(self, query: str, limit: int = 5) -> list[Entry]:
-        terms = list(dict.fromkeys(words(query)))[:_MAX_QUERY_WORDS]
-        if not terms:
+        terms = query_terms(query)
+        limit = result_limit(limit)
+        if not terms or not limit:
             return []
         tsquery = " || ".join("plainto_tsquery('simple', %s)" for _ in terms)
 
@@ -171,7 +172,7 @@ class PostgresBackend:
                 f"""SELECT key FROM {TABLE}
                     WHERE prefix = %s AND key LIKE %s ESCAPE '\\'
                     ORDER BY key COLLATE "C" LIMIT %s""",  # type: ignore[arg-type]
-                (self._prefix, _like_prefix(prefix), limit),
+                (self._prefix, _like_prefix(prefix), result_limit(limit)),
             )
             return [str(row[0]) for row in await cur.fetchall()]
 

@@ -3,21 +3,44 @@
 
 They are governed like any tool (engine/governance.py): a binding is `builtin=True` and its
 `object_name` is the model-visible `memory_<op>`, from which governance reads the operation;
-governance itself knows which Memory the run wires in."""
+governance itself knows which Memory the run wires in.
+
+Untrusted input is bounded here and in the backends (memory/base.py): a search query longer
+than MAX_QUERY_CHARS is refused with an error result saying so (the backends, called directly,
+read only its first MAX_QUERY_CHARS characters), a result carries at most MAX_RESULT_CHARS of values, and an ingest writes one chunk per
+turn of the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..api.memory import MemoryIngest
 from ..engine.governance import memory_operation, memory_tool_name
+from ..engine.jsontext import MAX_JSON_CHARS
 from ..engine.tooling import ToolBinding, ToolFailure, ToolOutput
-from ..memory.base import MemoryBackend, chunk_text
+from ..memory.base import (
+    MAX_QUERY_CHARS,
+    MAX_QUERY_TERMS,
+    MAX_RESULT_CHARS,
+    MAX_SEARCH_RESULTS,
+    Entry,
+    MemoryBackend,
+    chunk_text,
+)
 
 _KEY = {"type": "string", "minLength": 1, "maxLength": 256, "description": "The entry's key."}
-_LIMIT = {"type": "integer", "minimum": 1, "maximum": 50}
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS}
+_QUERY = {
+    "type": "string",
+    "minLength": 1,
+    "description": (
+        f"Words to look for: at most {MAX_QUERY_CHARS} characters; the first "
+        f"{MAX_QUERY_TERMS} distinct words count."
+    ),
+}
 
 SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     "read": (
@@ -42,7 +65,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
         "Search memory entries by words; returns the best matches.",
         {
             "type": "object",
-            "properties": {"query": {"type": "string", "minLength": 1}, "limit": _LIMIT},
+            "properties": {"query": _QUERY, "limit": _LIMIT},
             "required": ["query"],
             "additionalProperties": False,
         },
@@ -61,7 +84,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             "type": "object",
             "properties": {
                 "source": {"type": "string", "minLength": 1, "maxLength": 200},
-                "text": {"type": "string", "minLength": 1},
+                "text": {"type": "string", "minLength": 1, "maxLength": MAX_JSON_CHARS},
             },
             "required": ["source", "text"],
             "additionalProperties": False,
@@ -84,8 +107,15 @@ def _ops(
         return json.dumps({"written": a["key"]})
 
     async def search(a: dict[str, Any]) -> str:
-        found = await backend.search(a["query"], int(a.get("limit", 5)))
-        return json.dumps([{"key": e.key, "value": e.value} for e in found])
+        query: str = a["query"]
+        if len(query) > MAX_QUERY_CHARS:
+            raise ToolFailure(
+                f"the query is {len(query)} characters long; memory_search takes at most "
+                f"{MAX_QUERY_CHARS} (the first {MAX_QUERY_TERMS} distinct words count): "
+                "search again with the words that matter"
+            )
+        found = await backend.search(query, int(a.get("limit", 5)))
+        return json.dumps(search_result(found))
 
     async def list_(a: dict[str, Any]) -> str:
         return json.dumps(await backend.list(a.get("prefix", ""), int(a.get("limit", 50))))
@@ -94,9 +124,24 @@ def _ops(
         chunks = chunk_text(a["text"], ingest.chunk_size, ingest.chunk_overlap)
         for i, chunk in enumerate(chunks):
             await backend.write(f"{a['source']}#{i:04d}", chunk)
+            await asyncio.sleep(0)  # one chunk per turn: other runs go on meanwhile
         return json.dumps({"source": a["source"], "chunks": len(chunks)})
 
     return {"read": read, "write": write, "search": search, "list": list_, "ingest": ingest_}
+
+
+def search_result(found: Sequence[Entry]) -> list[dict[str, Any]]:
+    """Entries as `memory_search` returns them, best first, with at most MAX_RESULT_CHARS
+    characters of values together: a value cut to fit is marked `truncated`."""
+    room = MAX_RESULT_CHARS
+    out: list[dict[str, Any]] = []
+    for entry in found:
+        item: dict[str, Any] = {"key": entry.key, "value": entry.value[:room]}
+        if len(entry.value) > room:
+            item["truncated"] = True
+        room -= len(item["value"])
+        out.append(item)
+    return out
 
 
 class _MemoryExecutor:
