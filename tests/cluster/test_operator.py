@@ -156,6 +156,24 @@ def test_governance_example_is_denied(
     assert 'decision="denied"' in operator.metrics()
 
 
+def test_an_invented_tool_name_reaches_no_event_and_no_metric(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    """Issue 23: a name the model invents is `<not-offered>` in Events, the message and
+    /metrics; only the Task's own status.toolCalls keeps it."""
+    invented = "x_ZGItcGFzc3dvcmQ9aHVudGVyMvvvvv_-"  # base64 of a secret, URL alphabet
+    setup_agent(control_plane, namespace, f"[{{toolCalls: [{{tool: {invented}}}]}}]")
+    apply(control_plane, namespace, TASK.format(name="invents", agent="agent"))
+    status = wait_task(control_plane, namespace, "invents")["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "ToolDenied"), status
+    assert status["toolCalls"][0]["tool"] == invented
+    assert invented not in status["message"] and "<not-offered>" in status["message"]
+    shown = [e["message"] for e in events(control_plane, namespace, "invents")]
+    assert shown and not any(invented in m or "ZGItcGFzc3dvcmQ9" in m for m in shown)
+    metrics = operator.metrics()
+    assert "ZGItcGFzc3dvcmQ9" not in metrics and 'tool="<not-offered>"' in metrics
+
+
 def test_max_steps_fails_with_exact_step_count(
     control_plane: ControlPlane, namespace: str, operator: OperatorProcess
 ) -> None:
