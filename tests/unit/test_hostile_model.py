@@ -17,12 +17,20 @@ Invariants, for every example:
 - a tool governance denies never executes; a non-idempotent tool executes at most once per
   run (so at most once per call id), also across a crash and a resume from the checkpoint;
 - call ids are unique across the run and every call has exactly one result.
+
+Hostile schemas too (issue 23), drawn by `support.schemas`: branching applicators,
+`unevaluated*`, `uniqueItems`, `multipleOf`, `enum`/`const`, huge numbers, recursion through
+`$ref`. For every schema `check_schema` accepts and every bounded value, validation stays under
+the watchdog bound and raises nothing but `UntrustedInputTooLarge` (the work budget, only when
+the budget is the hard cap: below it the static bound must hold), an answer ends the run with
+a documented reason, and tool arguments are checked or the call is rejected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -39,7 +47,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
+from ordo.api import jsonschema_fuel, jsonschemas
 from ordo.api.task import REASONS
+from ordo.engine import output
 from ordo.engine.events import Checkpoint, Event, ToolDecided
 from ordo.engine.governance import Governance
 from ordo.engine.jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, json_depth
@@ -51,9 +61,12 @@ from ordo.engine.sanitize import (
     normalise_response,
 )
 from ordo.engine.state import RunConfig, RunResult, RunState
+from ordo.engine.stepcalls import argument_problem
 from ordo.engine.tooling import ToolBinding, ToolOutput
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, Usage
+from ordo.errors import InvalidOutput, UntrustedInputTooLarge
 from ordo.providers.openai_provider import parse_arguments
+from support.schemas import instances, schemas
 
 try:
     from support.stall import StallWatchdog
@@ -539,3 +552,91 @@ def test_ids_stay_unique_across_a_checkpoint_and_old_checkpoints_use_the_transcr
         seen_ids=restored.seen_ids,
     )
     assert [c.id for c in again.tool_calls] == ["ordo_1_0_1", "ordo_1_1"]
+
+
+# --------------------------------------------------------------------------------------
+# Hostile schemas: what a Task submitter, a Tool author or an MCP server writes
+
+
+SCHEMA_FAST = settings(FAST, max_examples=200)
+SCHEMA_SLOW = settings(FAST, max_examples=1_000)
+STALL = 1.0  # seconds: generous; a full work budget is < 100 ms (docs/security.md)
+
+
+async def check_schema_and_value(schema: dict[str, Any], value: Any) -> None:
+    """check_schema, then (if accepted) every way ordo validates a value against the schema,
+    under the watchdog."""
+    async with watchdog() as dog:
+        problems = jsonschemas.check_schema(schema)
+        event("schema refused" if problems else "schema accepted")
+        if any("units of work" in p for p in problems):
+            event("schema over the cost bound")
+        if not problems:
+            validator = jsonschemas.validator_for(schema)
+            budget = validator.budget(value)
+            try:
+                validator.errors(value)
+            except UntrustedInputTooLarge:
+                event("out of fuel")
+                # Below the hard cap the budget is the static bound times the value's size:
+                # running out there would mean the bound is wrong.
+                assert budget == jsonschema_fuel.MAX_FUEL, (budget, validator.cost)
+            if isinstance(value, dict):
+                with contextlib.suppress(InvalidOutput):
+                    output.parse(json.dumps(value), schema)
+                problem = argument_problem(schema, value)
+                assert problem is None or isinstance(problem, str)
+    if dog is not None:
+        assert dog.longest < STALL, dog.report()
+
+
+@SCHEMA_FAST
+@given(schemas(), instances())
+async def test_any_accepted_schema_validates_any_value_within_the_bound(
+    schema: dict[str, Any], value: Any
+) -> None:
+    await check_schema_and_value(schema, value)
+
+
+@pytest.mark.slow
+@SCHEMA_SLOW
+@given(schemas(depth=4), instances())
+async def test_any_accepted_schema_validates_any_value_within_the_bound_1000(
+    schema: dict[str, Any], value: Any
+) -> None:
+    await check_schema_and_value(schema, value)
+
+
+@SCHEMA_FAST
+@given(schemas(), instances(), instances())
+async def test_a_hostile_schema_and_answer_end_the_run_within_the_contract(
+    schema: dict[str, Any], answer: Any, arguments: Any
+) -> None:
+    """The Task's output schema and a Tool's input schema are drawn; the model calls the tool
+    with drawn arguments and answers drawn JSON."""
+    ledger = Ledger()
+    raw = json.dumps(arguments if isinstance(arguments, dict) else {"q": arguments})
+    script = [
+        TurnSpec("", (CallSpec(ALPHA, "call_0", raw),), (1, 1)),
+        TurnSpec(json.dumps(answer), (), (1, 1)),
+    ]
+    world = World(
+        script,
+        TurnSpec("done"),
+        dataclasses.replace(config(3, "ReturnError", None), output_schema=schema),
+    )
+    tools = [
+        ToolBinding(ALPHA, ALPHA, "alpha", schema, CountingTool(ALPHA, ledger)),
+        *bindings(ledger)[1:],
+    ]
+    model = HostileModel(world.script, world.after)
+    async with watchdog() as dog:
+        result = await asyncio.wait_for(
+            run_agent(world.config, model, tools, listeners=[ledger.listen]), TIMEOUT + GRACE
+        )
+    if dog is not None:
+        assert dog.longest < STALL, dog.report()
+    check_result(world, model, result)
+    event(f"{result.phase}/{result.reason}")
+    if result.reason == "InternalError":
+        raise AssertionError(result.message)

@@ -48,15 +48,23 @@ def compile_pattern(pattern: str) -> tuple[Any, str | None]:
         return None, f"RE2 cannot compile the pattern ({str(detail)[:200]})"
 
 
-def _search(pattern: str, text: str) -> bool:
+_SURROGATES = {code: "\ufffd" for code in range(0xD800, 0xE000)}
+
+
+def search(pattern: str, text: str) -> bool:
+    """Whether RE2 finds `pattern` in `text`. A lone surrogate (not Unicode text, so RE2
+    cannot encode it) is matched as U+FFFD REPLACEMENT CHARACTER."""
     program, problem = compile_pattern(pattern)
     if program is None:
         raise invalid_schema(f"a pattern cannot be used: {problem}")
-    return program.search(text) is not None
+    try:
+        return program.search(text) is not None
+    except UnicodeEncodeError:
+        return program.search(text.translate(_SURROGATES)) is not None
 
 
 def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _search(patrn, instance):
+    if validator.is_type(instance, "string") and not search(patrn, instance):
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
 
 
@@ -67,7 +75,7 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if _search(pattern, key):
+            if search(pattern, key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
@@ -79,7 +87,7 @@ def _additional_properties(
     properties = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
     extras = [
-        k for k in instance if k not in properties and not any(_search(p, k) for p in patterns)
+        k for k in instance if k not in properties and not any(search(p, k) for p in patterns)
     ]
     if validator.is_type(additional, "object"):
         for extra in extras:

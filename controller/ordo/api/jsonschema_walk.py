@@ -3,7 +3,13 @@ the subschema positions, ids, anchors, references and patterns, resolves every `
 `$dynamicRef` inside the schema itself (remote references are refused, nothing is fetched),
 refuses patterns RE2 cannot compile, and refuses a chain of references and in-place
 applicators that loops back on itself without consuming input or is longer than
-`MAX_REF_CHAIN`. `json_path` names a position in a schema (`$.properties.name`).
+`MAX_REF_CHAIN`. It also refuses `$schema` below the root: jsonschema would evaluate that
+subschema with its stock validator class (Python's backtracking `re`, no work budget).
+`json_path` names a position in a schema (`$.properties.name`).
+
+After `problems()`, `ref_targets` maps each reference keyword to the subschemas it may reach
+(its static target, plus every `$dynamicAnchor` of the same name or `$recursiveAnchor`
+resource it may rebind to), which `ordo.api.jsonschema_cost` follows.
 """
 
 from __future__ import annotations
@@ -80,6 +86,9 @@ class Walk:
         self.problems_: list[str] = []
         self.has_unevaluated_properties = False
         self.has_pattern_properties = False
+        self.ref_targets: dict[tuple[Path, str], list[Path]] = {}
+        self.dynamic_anchors: dict[str, list[Path]] = {}
+        self.recursive_anchors: list[Path] = []
 
     def problems(self) -> list[str]:
         self._walk()
@@ -120,6 +129,16 @@ class Walk:
                 anchor = node.get(key)
                 if isinstance(anchor, str):
                     self.anchors.setdefault((base, anchor), path)
+            dynamic = node.get("$dynamicAnchor")
+            if isinstance(dynamic, str):
+                self.dynamic_anchors.setdefault(dynamic, []).append(path)
+            if node.get("$recursiveAnchor") is True:
+                self.recursive_anchors.append(path)
+            if path and "$schema" in node:
+                self.problems_.append(
+                    f"{json_path((*path, '$schema'))}: $schema is honoured only at the root "
+                    "(ordo evaluates the whole schema with the root's draft); remove it here"
+                )
             for key in _REF_KEYWORDS:
                 value = node.get(key)
                 if isinstance(value, str):
@@ -178,8 +197,20 @@ class Walk:
                     "subschema; point it at a schema (e.g. under $defs)"
                 )
                 continue
-            edges.setdefault(path, []).append(resolved)
+            targets = self._rebinds(keyword, fragment, resolved)
+            self.ref_targets[(path, keyword)] = targets
+            edges.setdefault(path, []).extend(targets)
         return edges
+
+    def _rebinds(self, keyword: str, fragment: str, resolved: Path) -> list[Path]:
+        """What a reference may evaluate at run time: its static target and, for
+        `$dynamicRef` / `$recursiveRef`, every subschema the dynamic scope may pick instead."""
+        targets = [resolved]
+        if keyword == "$dynamicRef":
+            targets += self.dynamic_anchors.get(fragment, [])
+        elif keyword == "$recursiveRef":
+            targets += self.recursive_anchors
+        return list(dict.fromkeys(targets))
 
     def _fragment(self, resource: Path, uri: str, fragment: str) -> Path | None:
         if not fragment:
@@ -268,4 +299,28 @@ def _children(
             yield (*path, key), value
 
 
-__all__ = ["MAX_REF_CHAIN", "Path", "Walk", "json_path"]
+def replace_false(schema: dict[str, Any], replacement: Any, keep: frozenset[str]) -> None:
+    """Put a copy of `replacement` wherever a subschema of `schema` is `false`, except as the
+    value of a keyword in `keep`; in place, without recursion."""
+    stack: list[dict[str, Any]] = [schema]
+    while stack:
+        node = stack.pop()
+        for key, value in node.items():
+            holders: list[tuple[Any, Any]] = []
+            if key in _MAP and isinstance(value, dict):
+                holders = list(value.items())
+                container: Any = value
+            elif key in _ARRAY and isinstance(value, list):
+                holders = list(enumerate(value))
+                container = value
+            elif key in _SINGLE and isinstance(value, (dict, bool)):
+                holders = [(key, value)]
+                container = node
+            for slot, sub in holders:
+                if sub is False and key not in keep:
+                    container[slot] = dict(replacement)
+                elif isinstance(sub, dict):
+                    stack.append(sub)
+
+
+__all__ = ["MAX_REF_CHAIN", "Path", "Walk", "json_path", "replace_false"]

@@ -4,7 +4,7 @@ regex engine.
 
 A schema is accepted when it is
 - a JSON object of at most `MAX_SCHEMA_CHARS` characters (canonical JSON),
-  `MAX_SCHEMA_OBJECTS` objects and `MAX_SCHEMA_DEPTH` levels of nesting;
+  `MAX_SCHEMA_OBJECTS` objects and booleans and `MAX_SCHEMA_DEPTH` levels of nesting;
 - valid against the metaschema of its declared draft (`$schema`; default 2020-12; drafts 4, 6,
   7, 2019-09 and 2020-12 are supported);
 - self-contained: every `$ref` / `$dynamicRef` resolves inside the schema itself to a subschema
@@ -16,19 +16,28 @@ A schema is accepted when it is
   characters that RE2 compiles. RE2 matches in time linear in the input; it has no
   backreferences or lookaround, so a pattern that needs them is refused.
 - not combining `unevaluatedProperties` with `patternProperties` (jsonschema evaluates that
-  combination with Python's backtracking `re`, so it is refused).
+  combination with Python's backtracking `re`, so it is refused), and declaring `$schema` only
+  at the root;
+- within a cost bound: the work of validating one value, computed statically by
+  `ordo.api.jsonschema_cost` (branches that apply to the same value add up and multiply,
+  `unevaluated*` re-evaluate them, branches recursing into the same member multiply per level of
+  nesting), is at most `MAX_SCHEMA_COST` units; otherwise the problem names the subschema.
 
 `format` is an annotation: it is not asserted, so `format: regex` never compiles input with a
 backtracking engine.
 
 `check_schema` lists the problems; `validator_for` returns a memoised validator that matches
-patterns with RE2 and raises only `ordo.errors.InvalidSchema`; `user_schema` is the pydantic
-field check of the api models (`ordo validate` reports its problems under the field).
+patterns with RE2, evaluates `uniqueItems`, `enum`, `const`, `multipleOf` and `unevaluated*`
+in linear time without raising (`ordo.api.jsonschema_keywords`), and runs every validation
+with a work budget (`ordo.api.jsonschema_fuel`): its `errors` raises only
+`ordo.errors.InvalidSchema` or, past the budget, `ordo.errors.UntrustedInputTooLarge`.
+`user_schema` is the pydantic field check of the api models (`ordo validate` reports its
+problems under the field).
 
 This module is the facade: the size caps, the draft and metaschema checks and the validators.
 The RE2 pattern keywords live in `ordo.api.jsonschema_re2`, the reference/pattern/cycle walk in
-`ordo.api.jsonschema_walk`; their public names (`MAX_PATTERN_CHARS`, `MAX_REF_CHAIN`,
-`json_path`) are re-exported here.
+`ordo.api.jsonschema_walk`, the cost bound in `ordo.api.jsonschema_cost`; their public names
+(`MAX_PATTERN_CHARS`, `MAX_REF_CHAIN`, `MAX_SCHEMA_COST`, `json_path`) are re-exported here.
 """
 
 from __future__ import annotations
@@ -44,15 +53,20 @@ import referencing
 import referencing.jsonschema
 from jsonschema.exceptions import ValidationError
 
-from .jsonschema_re2 import MAX_PATTERN_CHARS, invalid_schema, re2_class
-from .jsonschema_walk import MAX_REF_CHAIN, Path, Walk, json_path
+from . import jsonschema_fuel as fuel
+from .jsonschema_cost import MAX_SCHEMA_COST, cost
+from .jsonschema_keywords import FALSE_KEYWORD, validator_class, weights
+from .jsonschema_re2 import MAX_PATTERN_CHARS, invalid_schema
+from .jsonschema_walk import MAX_REF_CHAIN, Path, Walk, json_path, replace_false
 
 MAX_SCHEMA_CHARS = 100_000
 """Largest schema, in characters of its canonical (sorted, compact) JSON."""
 
 MAX_SCHEMA_OBJECTS = 1_000
-"""Most JSON objects in one schema document. The metaschema check costs about 0.3 ms per
-subschema, so this bounds the first (memoised) check of a schema to a fraction of a second."""
+"""Most JSON objects and booleans (`true`/`false` may be subschemas) in one schema document.
+The metaschema check costs about 0.2 ms per subschema, so this bounds the first (memoised)
+check of a schema to a fraction of a second (without booleans counted, 6,000 `true`
+subschemas in 90 KB took 1.2 s)."""
 
 MAX_SCHEMA_DEPTH = 64
 """Deepest nesting of objects/arrays in a schema document."""
@@ -108,6 +122,8 @@ def _plain_json(schema: Any) -> bool:
             elif kind is float:
                 if not math.isfinite(node):
                     return False
+            elif kind is bool:
+                objects += 1  # may be a subschema: the metaschema check evaluates it too
             elif kind not in _JSON_SCALARS:
                 return False
         if objects > MAX_SCHEMA_OBJECTS:
@@ -144,13 +160,14 @@ def _shape_walk(schema: Any) -> list[str]:
             return [
                 f"$: the schema is more than {MAX_SCHEMA_CHARS} characters of JSON; make it smaller"
             ]
-        if isinstance(node, dict):
+        if isinstance(node, (dict, bool)):
             objects += 1
             if objects > MAX_SCHEMA_OBJECTS:
                 return [
-                    f"$: the schema has more than {MAX_SCHEMA_OBJECTS} objects; make it smaller "
-                    "(share repeated parts with $defs and $ref)"
+                    f"$: the schema has more than {MAX_SCHEMA_OBJECTS} objects (counting true "
+                    "and false); make it smaller (share repeated parts with $defs and $ref)"
                 ]
+        if isinstance(node, dict):
             for key, value in node.items():
                 if not isinstance(key, str):
                     problems.append(f"{json_path(path)}: keys must be strings (got {key!r})")
@@ -179,6 +196,12 @@ def check_schema(schema: Any) -> list[str]:
     return list(_checked(schema)[1])
 
 
+def schema_cost(schema: Any) -> int:
+    """The static bound of a checked schema: most units of work validating one value costs
+    (`ordo.api.jsonschema_cost`). Raises InvalidSchema when `check_schema` finds problems."""
+    return validator_for(schema).cost
+
+
 def _checked(schema: Any) -> tuple[str, tuple[str, ...]]:
     """(canonical JSON, problems). The shape caps run first, on every call: nothing is
     serialised, looked up or cached for a document past them (the text is then "")."""
@@ -191,7 +214,7 @@ def _checked(schema: Any) -> tuple[str, tuple[str, ...]]:
             f"$: the schema is {len(text)} characters of JSON, more than {MAX_SCHEMA_CHARS}; "
             "make it smaller",
         )
-    return text, _check_text(text)
+    return text, _check_text(text)[0]
 
 
 def _dialect(schema: dict[str, Any]) -> tuple[str | None, type[Any] | None]:
@@ -203,7 +226,8 @@ def _dialect(schema: dict[str, Any]) -> tuple[str | None, type[Any] | None]:
 
 
 @functools.lru_cache(maxsize=512)
-def _check_text(text: str) -> tuple[str, ...]:
+def _check_text(text: str) -> tuple[tuple[str, ...], int]:
+    """(problems, the schema's cost bound) of a canonical schema text."""
     schema = json.loads(text)
     dialect, cls = _dialect(schema)
     if cls is None or dialect is None:
@@ -211,7 +235,7 @@ def _check_text(text: str) -> tuple[str, ...]:
         return (
             f"$.$schema: unknown or unsupported draft {schema.get('$schema')!r}; "
             f"use one of {known} (or omit it for 2020-12)",
-        )
+        ), 0
     meta = cls(cls.META_SCHEMA)  # no format checker: formats are annotations
     errors = sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
@@ -222,26 +246,68 @@ def _check_text(text: str) -> tuple[str, ...]:
                 f"{json_path(tuple(best.absolute_path))}: {best.message[:300]} "
                 f"(not valid under {dialect}; see https://json-schema.org)"
             )
-        return tuple(out)
-    return tuple(Walk(schema, dialect).problems()[:MAX_PROBLEMS])
+        return tuple(out), 0
+    walk = Walk(schema, dialect)
+    problems = walk.problems()
+    if problems:
+        return tuple(problems[:MAX_PROBLEMS]), 0
+    bound = cost(walk, frozenset(cls.VALIDATORS), dialect)
+    return ((bound.problem,) if bound.problem else ()), bound.units
 
 
 # --- validators ------------------------------------------------------------------------------
 
 
+_KEEP_FALSE = frozenset(
+    {
+        "additionalProperties",
+        "additionalItems",
+        "items",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+"""Keywords whose `false` their own function handles (no subschema evaluation, no fuel lost)."""
+
+
 class SchemaValidator:
     """A checked schema's validator. `errors(instance)` lists the validation errors and raises
-    only `InvalidSchema` (a schema fault surfacing at validation time)."""
+    only `InvalidSchema` (a schema fault surfacing at validation time) or
+    `UntrustedInputTooLarge` (the validation needed more than its work budget)."""
 
-    def __init__(self, schema: dict[str, Any], dialect: str, cls: type[Any]) -> None:
+    def __init__(
+        self, schema: dict[str, Any], dialect: str, cls: type[Any], cost: int | None = None
+    ) -> None:
         self.schema = schema
-        self.validator: Any = re2_class(dialect, cls)(schema, registry=referencing.Registry())
+        self.cost = cost if cost is not None else fuel.MAX_FUEL  # unchecked: the cap
+        evaluated = json.loads(json.dumps(schema))  # a copy: `false` becomes a keyword
+        replace_false(evaluated, {FALSE_KEYWORD: True}, _KEEP_FALSE)
+        self.weights = weights(evaluated)
+        self.validator: Any = validator_class(dialect, cls)(
+            evaluated, registry=referencing.Registry()
+        )
+
+    def budget(self, instance: Any) -> int:
+        """The units `errors(instance)` may spend: `FUEL_FACTOR` x the cost bound per value x
+        the size of `instance` as JSON, plus `FUEL_FLOOR`, at most `MAX_FUEL`."""
+        per_char = fuel.FUEL_FACTOR * max(self.cost, 1)
+        enough = (fuel.MAX_FUEL - fuel.FUEL_FLOOR) // per_char + 1
+        size = fuel.json_size(instance, limit=enough)
+        return min(fuel.MAX_FUEL, fuel.FUEL_FLOOR + per_char * size)
 
     def errors(self, instance: Any) -> list[ValidationError]:
-        from ..errors import InvalidSchema
+        from ..errors import InvalidSchema, UntrustedInputTooLarge
 
+        limit = self.budget(instance)
         try:
-            return list(self.validator.iter_errors(instance))
+            with fuel.metered(limit, self.weights):
+                return list(self.validator.iter_errors(instance))
+        except fuel.OutOfFuel:
+            raise UntrustedInputTooLarge(
+                f"validating the value against the schema needs more than its work budget of "
+                f"{limit:,} units (at most {fuel.MAX_FUEL:,}): make the value smaller or the "
+                "schema simpler"
+            ) from None
         except InvalidSchema:
             raise
         except (
@@ -250,13 +316,22 @@ class SchemaValidator:
             referencing.exceptions.Unresolvable,
             RecursionError,
             re2.error,
-            TypeError,
-            AttributeError,
         ) as exc:
             raise invalid_schema(f"the schema cannot be evaluated ({type(exc).__name__})") from None
+        except Exception as exc:  # fail closed, never an InternalError from a validation
+            raise invalid_schema(
+                f"the schema cannot be evaluated against this value ({type(exc).__name__})"
+            ) from None
 
     def is_valid(self, instance: Any) -> bool:
         return not self.errors(instance)
+
+    def work(self, instance: Any) -> int:
+        """The units validating `instance` spends, without a budget (for tests and benches:
+        never on untrusted input)."""
+        with fuel.metered(None, self.weights) as budget:
+            list(self.validator.iter_errors(instance))
+        return budget.spent
 
 
 def validator_for(schema: Any) -> SchemaValidator:
@@ -282,7 +357,7 @@ def _validator(text: str) -> SchemaValidator:
     schema = json.loads(text)
     dialect, cls = _dialect(schema)
     assert dialect is not None and cls is not None  # checked
-    return SchemaValidator(schema, dialect, cls)
+    return SchemaValidator(schema, dialect, cls, _check_text(text)[1])
 
 
 __all__ = [
@@ -290,11 +365,13 @@ __all__ = [
     "MAX_PATTERN_CHARS",
     "MAX_REF_CHAIN",
     "MAX_SCHEMA_CHARS",
+    "MAX_SCHEMA_COST",
     "MAX_SCHEMA_DEPTH",
     "MAX_SCHEMA_OBJECTS",
     "SchemaValidator",
     "check_schema",
     "json_path",
+    "schema_cost",
     "user_schema",
     "validator_for",
 ]

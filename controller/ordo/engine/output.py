@@ -3,7 +3,9 @@
 The answer is untrusted text, so every step is linear in its length and bounded: the code
 fence is stripped by index arithmetic (no regex), the JSON is parsed by `bounded_json_loads`
 (size and nesting caps, `MAX_JSON_CHARS` and `MAX_JSON_DEPTH`), and the schema is evaluated
-by the memoised validator of `ordo.api.jsonschemas`, which matches patterns with RE2.
+by the memoised validator of `ordo.api.jsonschemas`, which matches patterns with RE2 and
+runs within a work budget: an answer too costly to validate is `InvalidOutput`, like one that
+does not match.
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ def parse(
     except InvalidSchema as exc:
         raise InvalidOutput(
             f"the output schema cannot be used: {exc.message}"[:1024], reason="InvalidSpec"
+        ) from None
+    except UntrustedInputTooLarge as exc:  # the validation's work budget ran out: fail closed
+        raise InvalidOutput(
+            f"the answer is too costly to validate against the output schema: {exc.message}"
         ) from None
     if errors:
         err = errors[0]

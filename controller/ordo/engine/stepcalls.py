@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from ..api import jsonschemas
-from ..errors import InvalidSchema
+from ..errors import InvalidSchema, UntrustedInputTooLarge
 from .jsontext import MAX_JSON_DEPTH, value_depth
 from .model import ModelClient, ModelRequest, ModelResponse
 
@@ -51,7 +51,8 @@ def loop_deadline(deadline: float | None) -> float | None:
 
 def argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     """Why `arguments` do not satisfy the tool's input schema, or None. Patterns are matched
-    with RE2 (linear time); a schema that cannot be evaluated rejects the call (fail closed)."""
+    with RE2 (linear time) and the validation runs within a work budget; a schema that cannot
+    be evaluated, or arguments too costly to check, reject the call (fail closed)."""
 
     if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"
@@ -61,6 +62,11 @@ def argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str |
         errors = jsonschemas.validator_for(schema).errors(arguments)
     except InvalidSchema:
         return "the tool's input schema cannot be used, so the call was not run"
+    except UntrustedInputTooLarge:
+        return (
+            "the arguments are too costly to check against the tool's input schema, so the "
+            "call was not run; send smaller arguments"
+        )
     error = jsonschema.exceptions.best_match(errors)
     if error is None:
         return None
