@@ -621,6 +621,7 @@ def cost(walk: Walk, known: frozenset[str], dialect: str, bound: int = MAX_SCHEM
     peak = x0[root]
     below = x0
     step: list[int] | None = None
+    next_try = 3  # the linear test costs a level: after a miss, try again twice as deep
     for h in range(1, MAX_INSTANCE_DEPTH + 1):
         x = costs.level(h, below, x0)
         if x[root] > bound:
@@ -630,11 +631,13 @@ def cost(walk: Walk, known: frozenset[str], dialect: str, bound: int = MAX_SCHEM
             break  # a fixed point: every deeper level costs the same (or nothing)
         if h >= 3:
             d = [a - b for a, b in zip(x, below, strict=True)]
-            if d == step and _linear(costs, h, d, x0):
-                # X_{h+k} <= X_h + k*d for every k: the remaining depths add at most this
-                projected = x[root] + (MAX_INSTANCE_DEPTH - h) * max(d[root], 0)
-                if projected <= bound:
-                    return Cost(max(peak, projected), None)
+            if d == step and h >= next_try:
+                if _linear(costs, h, d, x0):
+                    # X_{h+k} <= X_h + k*d for every k: the remaining depths add at most this
+                    projected = x[root] + (MAX_INSTANCE_DEPTH - h) * max(d[root], 0)
+                    if projected <= bound:
+                        return Cost(max(peak, projected), None)
+                next_try = 2 * h
             step = d
         below = x
     return Cost(peak, None)
