@@ -518,4 +518,8 @@ def test_validation_agrees_with_jsonschema_and_the_budget_holds(schema: Any, val
         return
     if _float_divisor(schema) or validator.work(value) > 20_000:
         return  # different by design / too slow for the stock validator to check
-    assert jsonschema.Draft202012Validator(schema).is_valid(value) is (not errors)
+    try:
+        stock = jsonschema.Draft202012Validator(schema).is_valid(value)
+    except OverflowError:
+        return  # jsonschema's own multipleOf on a float and a huge int (ordo's does not raise)
+    assert stock is (not errors)

@@ -472,6 +472,8 @@ class _Costs:
         self.nodes = graph.nodes
         self.cap = bound + 1
         self.slots: list[_Slots | None] = []
+        self.history: list[tuple[list[int], list[_Slots | None]]] = []
+        """(X_h, slots) of every depth computed so far, for `explain`."""
         order = graph.order(root)
         self.alias: dict[int, int] = {}
         for u in order:  # children first, so a chain resolves in one pass
@@ -549,35 +551,64 @@ class _Costs:
                 x[u], slots[u] = x[v], slots[v]
         if not slope:
             self.slots = slots
+            self.history.append((x, slots))
         return x
 
-    def explain(self, root: int, h: int, x: list[int]) -> tuple[Path, int, bool]:
-        """Where the bound is crossed: from the root, follow the in-place subschema that is
-        itself over the bound, until none is (the subschema whose branches add up past it)."""
+    def explain(self, root: int, h: int) -> tuple[Path, int, bool, int]:
+        """Where the bound is crossed: from the root, follow the in-place subschema over the
+        bound, or the member's subschema over it one level down, until none is: the subschema
+        whose branches add up past it. (path, mode, unevaluated* seen, depth left)."""
         bound = self.cap - 1
         u = root
-        slot: tuple[str, Any] | None = None
-        if h:
-            start = self.slots[u]
-            slot = start.argmax() if start is not None else None
+        slot = self._argmax(u, h)
         seen_modes = self.nodes[u].mode != _VALIDATE
         while True:
+            x, slots = self.history[h]
             best: tuple[int, int] | None = None
             for v, m in self.nodes[u].in_place.items():
-                value = x[v] if not h else self._at(v, slot)
+                value = x[v] if not h else _at(slots[v], slot)
                 if m * value > bound and (best is None or m * value > best[0]):
                     best = (m * value, v)
-            if best is None:
-                node = self.nodes[u]
-                return node.path, node.mode, seen_modes
-            u = best[1]
+            if best is not None:
+                u = best[1]
+            elif h and slot is not None:
+                member = self._member(u, slot, h)
+                if member is None:
+                    break
+                u, h = member, h - 1
+                slot = self._argmax(u, h)
+            else:
+                break
             seen_modes = seen_modes or self.nodes[u].mode != _VALIDATE
+        node = self.nodes[u]
+        return node.path, node.mode, seen_modes, h
 
-    def _at(self, v: int, slot: tuple[str, Any] | None) -> int:
-        slots = self.slots[v]
-        if slots is None or slot is None:
-            return 0
-        return slots.at(slot)
+    def _argmax(self, u: int, h: int) -> tuple[str, Any] | None:
+        if not h:
+            return None
+        slots = self.history[h][1][u]
+        return slots.argmax() if slots is not None else None
+
+    def _member(self, u: int, slot: tuple[str, Any], h: int) -> int | None:
+        """The subschema u applies to the member `slot` that alone costs past the bound one
+        level down, if any."""
+        node = self.nodes[u]
+        kind, key = slot
+        if kind == "o":
+            targets = [*node.props.get(key, node.obj_other), *node.obj_all]
+        elif kind == "a":
+            targets = [*node.idx.get(key, node.arr_other), *node.arr_all]
+        else:
+            targets, h = list(node.names), 1
+        below = self.history[h - 1][0]
+        over = [(below[c], c) for c in targets if below[c] > self.cap - 1]
+        return max(over)[1] if over else None
+
+
+def _at(slots: _Slots | None, slot: tuple[str, Any] | None) -> int:
+    if slots is None or slot is None:
+        return 0
+    return slots.at(slot)
 
 
 def _own(
@@ -616,8 +647,9 @@ def cost(walk: Walk, known: frozenset[str], dialect: str, bound: int = MAX_SCHEM
     root = graph.v(())
     costs = _Costs(graph, root, bound)
     x0 = costs.level0()
+    costs.history.append((x0, [None] * len(x0)))
     if x0[root] > bound:
-        return Cost(x0[root], _problem(costs, graph, root, 0, x0, bound))
+        return Cost(x0[root], _problem(costs, graph, root, 0, bound))
     peak = x0[root]
     below = x0
     step: list[int] | None = None
@@ -625,7 +657,7 @@ def cost(walk: Walk, known: frozenset[str], dialect: str, bound: int = MAX_SCHEM
     for h in range(1, MAX_INSTANCE_DEPTH + 1):
         x = costs.level(h, below, x0)
         if x[root] > bound:
-            return Cost(x[root], _problem(costs, graph, root, h, x, bound))
+            return Cost(x[root], _problem(costs, graph, root, h, bound))
         peak = max(peak, x[root])
         if (h >= 3 and x == below) or not any(x):
             break  # a fixed point: every deeper level costs the same (or nothing)
@@ -652,8 +684,8 @@ def _linear(costs: _Costs, h: int, d: list[int], x0: list[int]) -> bool:
     return all(a <= b for a, b in zip(f0, d, strict=True))
 
 
-def _problem(costs: _Costs, graph: _Graph, root: int, h: int, x: list[int], bound: int) -> str:
-    path, mode, unevaluated = costs.explain(root, h, x)
+def _problem(costs: _Costs, graph: _Graph, root: int, h: int, bound: int) -> str:
+    path, mode, unevaluated, h = costs.explain(root, h)
     where = json_path(path)
     schema = graph.walk.nodes.get(path)
     if not h and mode == _VALIDATE and isinstance(schema, dict):
@@ -669,6 +701,10 @@ def _problem(costs: _Costs, graph: _Graph, root: int, h: int, x: list[int], boun
     why = (
         "the branches of anyOf, oneOf, allOf, if/then/else, dependentSchemas and $ref that "
         "apply to the same value add up, and multiply when nested"
+    )
+    unevaluated = unevaluated or (
+        isinstance(schema, dict)
+        and ("unevaluatedProperties" in schema or "unevaluatedItems" in schema)
     )
     if unevaluated or mode != _VALIDATE:
         why += "; unevaluatedProperties/unevaluatedItems evaluate every branch again"
