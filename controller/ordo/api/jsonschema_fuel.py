@@ -80,6 +80,8 @@ class Budget:
     left: int
     weights: dict[int, int] = field(default_factory=dict)
     """id(keyword value) -> units, for the keywords whose cost is the size of their value."""
+    tables: dict[Any, Any] = field(default_factory=dict)
+    """The running validator's memo (its `enum` tables): lives as long as the validator."""
 
     @property
     def spent(self) -> int:
@@ -103,11 +105,22 @@ def spend(units: int) -> None:
         budget.spend(units)
 
 
+def current() -> Budget | None:
+    """The running validation's budget (None outside `metered`)."""
+    return _BUDGET.get()
+
+
 @contextlib.contextmanager
-def metered(limit: int | None = None, weights: dict[int, int] | None = None) -> Iterator[Budget]:
+def metered(
+    limit: int | None = None,
+    weights: dict[int, int] | None = None,
+    tables: dict[Any, Any] | None = None,
+) -> Iterator[Budget]:
     """Run the block with a budget of `limit` units (unbounded when None: for measuring)."""
     cap = limit if limit is not None else 2**62
     budget = Budget(cap, cap, weights if weights is not None else {})
+    if tables is not None:
+        budget.tables = tables
     token = _BUDGET.set(budget)
     try:
         yield budget
@@ -309,6 +322,7 @@ __all__ = [
     "REF",
     "Budget",
     "OutOfFuel",
+    "current",
     "fueled",
     "fueled_evolve",
     "json_size",

@@ -36,6 +36,7 @@ from .jsonschema_fuel import (
     REF_KEYWORDS,
     TABLE_KEYWORDS,
     VALUE_KEYWORDS,
+    current,
     fueled,
     fueled_evolve,
     spend,
@@ -128,22 +129,19 @@ class Table:
         return 1 + self.largest
 
 
-_TABLES: dict[tuple[str, int], tuple[Any, Table]] = {}
-_MAX_TABLES = 4_096
-
-
 def table(values: Any, *, single: bool = False) -> Table:
-    """The memoised Table of an `enum` list, or (`single`) of a `const` value. Keyed by
-    identity: schema documents are never mutated once a validator holds them, and the entry
-    keeps the value alive so its id is not reused."""
+    """The Table of an `enum` list, or (`single`) of a `const` value, memoised in the running
+    validator's budget (so it lives exactly as long as that validator; keyed by identity:
+    schema documents are never mutated once a validator holds them)."""
+    budget = current()
     key = ("const" if single else "enum", id(values))
-    entry = _TABLES.get(key)
-    if entry is not None and entry[0] is values:
-        return entry[1]
+    if budget is not None:
+        entry = budget.tables.get(key)
+        if entry is not None and entry[0] is values:
+            return entry[1]  # type: ignore[no-any-return]
     built = Table([values] if single else values)
-    if len(_TABLES) >= _MAX_TABLES:
-        _TABLES.clear()
-    _TABLES[key] = (values, built)
+    if budget is not None:
+        budget.tables[key] = (values, built)
     return built
 
 

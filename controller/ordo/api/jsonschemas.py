@@ -283,6 +283,7 @@ class SchemaValidator:
         evaluated = json.loads(json.dumps(schema))  # a copy: `false` becomes a keyword
         replace_false(evaluated, {FALSE_KEYWORD: True}, _KEEP_FALSE)
         self.weights = weights(evaluated)
+        self.tables: dict[Any, Any] = {}
         self.validator: Any = validator_class(dialect, cls)(
             evaluated, registry=referencing.Registry()
         )
@@ -300,7 +301,7 @@ class SchemaValidator:
 
         limit = self.budget(instance)
         try:
-            with fuel.metered(limit, self.weights):
+            with fuel.metered(limit, self.weights, self.tables):
                 return list(self.validator.iter_errors(instance))
         except fuel.OutOfFuel:
             raise UntrustedInputTooLarge(
@@ -329,7 +330,7 @@ class SchemaValidator:
     def work(self, instance: Any) -> int:
         """The units validating `instance` spends, without a budget (for tests and benches:
         never on untrusted input)."""
-        with fuel.metered(None, self.weights) as budget:
+        with fuel.metered(None, self.weights, self.tables) as budget:
             list(self.validator.iter_errors(instance))
         return budget.spent
 
