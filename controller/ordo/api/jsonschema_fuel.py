@@ -42,6 +42,10 @@ from jsonschema.exceptions import ValidationError
 MAX_FUEL = 80_000
 """Most units one validation may spend (measured: a full budget is < 100 ms of work)."""
 
+MAX_OFF_LOOP_FUEL = 2_000_000
+"""Most units one validation run off the event loop may spend (`ordo.engine.validation`):
+about 1.5 s of work, within that module's deadline even while sharing the GIL with the loop."""
+
 FUEL_FLOOR = 2_000
 """Units every validation may spend, whatever the size of the instance."""
 
@@ -319,6 +323,7 @@ __all__ = [
     "FUEL_FACTOR",
     "FUEL_FLOOR",
     "MAX_FUEL",
+    "MAX_OFF_LOOP_FUEL",
     "REF",
     "Budget",
     "OutOfFuel",

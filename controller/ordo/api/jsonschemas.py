@@ -56,7 +56,7 @@ from jsonschema.exceptions import ValidationError
 from . import jsonschema_fuel as fuel
 from .jsonschema_cost import MAX_SCHEMA_COST, cost
 from .jsonschema_keywords import FALSE_KEYWORD, validator_class, weights
-from .jsonschema_re2 import MAX_PATTERN_CHARS, invalid_schema
+from .jsonschema_re2 import MAX_PATTERN_CHARS, compile_pattern, invalid_schema
 from .jsonschema_walk import MAX_REF_CHAIN, Path, Walk, json_path, replace_false
 
 MAX_SCHEMA_CHARS = 100_000
@@ -287,26 +287,55 @@ class SchemaValidator:
         self.validator: Any = validator_class(dialect, cls)(
             evaluated, registry=referencing.Registry()
         )
+        self.pattern_size = _largest_program(schema)
+        """The largest RE2 program of the schema's patterns (0 without patterns)."""
 
-    def budget(self, instance: Any) -> int:
+    def budget(self, instance: Any, cap: int = fuel.MAX_FUEL) -> int:
         """The units `errors(instance)` may spend: `FUEL_FACTOR` x the cost bound per value x
-        the size of `instance` as JSON, plus `FUEL_FLOOR`, at most `MAX_FUEL`."""
+        the size of `instance` as JSON, plus `FUEL_FLOOR`, at most `cap`."""
         per_char = fuel.FUEL_FACTOR * max(self.cost, 1)
-        enough = (fuel.MAX_FUEL - fuel.FUEL_FLOOR) // per_char + 1
+        enough = (cap - fuel.FUEL_FLOOR) // per_char + 1
         size = fuel.json_size(instance, limit=enough)
-        return min(fuel.MAX_FUEL, fuel.FUEL_FLOOR + per_char * size)
+        return min(cap, fuel.FUEL_FLOOR + per_char * size)
 
-    def errors(self, instance: Any) -> list[ValidationError]:
+    def on_loop(self, instance: Any) -> bool:
+        """Whether validating `instance` is cheap enough for the event loop: its budget fits
+        `MAX_FUEL`, and RE2's worst case (DFA given up: program size x characters) fits
+        `MAX_PATTERN_WORK_ON_LOOP`. Otherwise validate it off the loop with
+        `cap=MAX_OFF_LOOP_FUEL` (`ordo.engine.validation`)."""
+        per_char = fuel.FUEL_FACTOR * max(self.cost, 1)
+        size = fuel.json_size(instance, limit=fuel.MAX_FUEL // per_char + 1)
+        if fuel.FUEL_FLOOR + per_char * size > fuel.MAX_FUEL:
+            return False
+        return self._pattern_work(instance, MAX_PATTERN_WORK_ON_LOOP) <= MAX_PATTERN_WORK_ON_LOOP
+
+    def _pattern_work(self, instance: Any, allowed: int) -> int:
+        """RE2's worst case for `instance`: the largest program x its size (stops past
+        `allowed`); 0 without patterns."""
+        if not self.pattern_size:
+            return 0
+        return self.pattern_size * fuel.json_size(instance, limit=allowed // self.pattern_size + 1)
+
+    def errors(self, instance: Any, *, cap: int = fuel.MAX_FUEL) -> list[ValidationError]:
+        """The validation errors within a budget of at most `cap` units (`MAX_FUEL`, the
+        event loop's share, unless the caller runs this off the loop)."""
         from ..errors import InvalidSchema, UntrustedInputTooLarge
 
-        limit = self.budget(instance)
+        limit = self.budget(instance, cap)
+        allowed = MAX_PATTERN_WORK_ON_LOOP if cap <= fuel.MAX_FUEL else MAX_PATTERN_WORK
+        if self._pattern_work(instance, allowed) > allowed:
+            raise UntrustedInputTooLarge(
+                "matching the schema's patterns against the value could cost more than "
+                f"{allowed:,} RE2 steps (the largest pattern's program x the value's size): make "
+                "the value or the pattern smaller"
+            )
         try:
             with fuel.metered(limit, self.weights, self.tables):
                 return list(self.validator.iter_errors(instance))
         except fuel.OutOfFuel:
             raise UntrustedInputTooLarge(
                 f"validating the value against the schema needs more than its work budget of "
-                f"{limit:,} units (at most {fuel.MAX_FUEL:,}): make the value smaller or the "
+                f"{limit:,} units (at most {cap:,}): make the value smaller or the "
                 "schema simpler"
             ) from None
         except InvalidSchema:
@@ -333,6 +362,46 @@ class SchemaValidator:
         with fuel.metered(None, self.weights, self.tables) as budget:
             list(self.validator.iter_errors(instance))
         return budget.spent
+
+
+MAX_PATTERN_WORK_ON_LOOP = 25_000_000
+"""Largest RE2 program size x characters validated on the event loop. RE2 is linear, but a
+large counted repetition over non-ASCII text defeats its DFA (`DFA out of memory`), and from
+then on that program costs about 2 ns per instruction and character (measured: 14 s for
+`(?s).{990}z`, 6,935 instructions, over 990,000 characters `é`): this keeps that worst case
+near 50 ms; larger values are validated off the loop."""
+
+MAX_PATTERN_WORK = 1_000_000_000
+"""The same off the event loop (~2 s, within `ordo.engine.validation`'s deadline): a value
+over it is refused (`UntrustedInputTooLarge`) before any pattern runs. A 1,000-character
+counted repetition still matches 140,000 characters; a plain pattern (tens of instructions)
+every value the JSON caps let through."""
+
+
+def _largest_program(schema: Any) -> int:
+    """The largest RE2 program among the `pattern` values and `patternProperties` keys of a
+    (checked) schema, without recursion. Anything that looks like one counts (an `enum`
+    member shaped like a schema too): an overestimate only moves work off the loop."""
+    largest = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            patterns = (
+                list(node["patternProperties"])
+                if type(node.get("patternProperties")) is dict
+                else []
+            )
+            if type(node.get("pattern")) is str:
+                patterns.append(node["pattern"])
+            for pattern in patterns:
+                program, _ = compile_pattern(pattern)
+                if program is not None:
+                    largest = max(largest, program.programsize)
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+    return largest
 
 
 def validator_for(schema: Any) -> SchemaValidator:
@@ -364,6 +433,8 @@ def _validator(text: str) -> SchemaValidator:
 __all__ = [
     "DEFAULT_DIALECT",
     "MAX_PATTERN_CHARS",
+    "MAX_PATTERN_WORK",
+    "MAX_PATTERN_WORK_ON_LOOP",
     "MAX_REF_CHAIN",
     "MAX_SCHEMA_CHARS",
     "MAX_SCHEMA_COST",

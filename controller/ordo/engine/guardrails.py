@@ -14,18 +14,18 @@ This module holds the pattern check (RE2) and the LLM judge; the http check live
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
 from ..api.guardrail import GuardrailAction, GuardrailPoint, PatternGuardrail
 from ..api.jsonschema_re2 import compile_pattern
 from ..errors import InvalidOutput
 from . import output as output_mod
 from .model import ModelClient, ModelRequest
+from .offloop import OffLoop
 from .transcript import SystemMessage, Usage, UserMessage
 
 __all__ = [
@@ -63,7 +63,6 @@ MAX_REASON_CHARS = 4096
 judge's explanation may quote the text it judged, so ordo writes it nowhere)."""
 
 Decision = Literal["allow", "deny", "redact"]
-T = TypeVar("T")
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -235,9 +234,9 @@ class PatternCheck:
 
     async def __call__(self, point: GuardrailPoint, text: str) -> Verdict:
         if not self._redact:
-            hit = await _off_loop(lambda stop: self._deny(text, stop))
+            hit = await _PATTERN_CHECKS.run(lambda stop: self._deny(text, stop))
             return Verdict("deny") if hit else Verdict("allow")
-        out = await _off_loop(lambda stop: self._redacted(text, stop))
+        out = await _PATTERN_CHECKS.run(lambda stop: self._redacted(text, stop))
         return Verdict("redact", out) if out != text else Verdict("allow")
 
     def _deny(self, text: str, stop: threading.Event) -> bool:
@@ -267,43 +266,9 @@ class PatternCheck:
         return out
 
 
-_PATTERN_SLOTS = threading.BoundedSemaphore(MAX_PATTERN_THREADS)
-
-
-async def _off_loop(work: Callable[[threading.Event], T]) -> T:
-    """`work(stop)` in a daemon thread (never delaying the process's exit), within
-    PATTERN_CHECK_SECONDS counted from the call (waiting for a free slot included); raises
-    TimeoutError past it and sets `stop` for the thread to give up."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-    stop = threading.Event()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, error = work(stop), None
-        except BaseException as exc:  # handed to the awaiting coroutine
-            result, error = None, exc
-        finally:
-            _PATTERN_SLOTS.release()
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    try:
-        async with asyncio.timeout(PATTERN_CHECK_SECONDS):
-            while not _PATTERN_SLOTS.acquire(blocking=False):
-                await asyncio.sleep(0.005)
-            threading.Thread(target=run, name="ordo-pattern-check", daemon=True).start()
-            return await future
-    finally:
-        stop.set()
+_PATTERN_CHECKS = OffLoop(
+    "ordo-pattern-check", threads=MAX_PATTERN_THREADS, seconds=PATTERN_CHECK_SECONDS
+)
 
 
 JUDGE_FRAME = (

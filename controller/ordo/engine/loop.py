@@ -45,7 +45,7 @@ from .jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from .model import ModelCallError, ModelClient, ModelRequest, ToolDefinition
 from .sanitize import normalise_response
 from .state import Phase, RunConfig, RunResult, RunState, ToolCallRecord
-from .stepcalls import argument_problem, complete_unless_cancelled, loop_deadline
+from .stepcalls import check_arguments, complete_unless_cancelled, loop_deadline
 from .tooling import ToolBinding, ToolFailure, failure_cause
 from .transcript import AssistantMessage, SystemMessage, ToolCall, ToolResult, UserMessage
 
@@ -268,7 +268,7 @@ async def _final_answer(config: RunConfig, text: str, finish: Any) -> RunResult:
         result: RunResult = await finish("Succeeded", "Succeeded", "the agent answered")
         return result
     try:
-        structured = output_mod.parse(text, config.output_schema)
+        structured = await output_mod.parse_answer(text, config.output_schema)
         if json_size(structured, MAX_STRUCTURED_OUTPUT_BYTES) > MAX_STRUCTURED_OUTPUT_BYTES:
             raise output_mod.InvalidOutput(
                 "the answer satisfies the output schema but is over "
@@ -285,7 +285,7 @@ async def _final_answer(config: RunConfig, text: str, finish: Any) -> RunResult:
     return result
 
 
-def _screen_call(
+async def _screen_call(
     call: ToolCall,
     step: int,
     config: RunConfig,
@@ -331,7 +331,7 @@ def _screen_call(
         return refuse(
             "rejected", "InvalidArguments", "error: the arguments are not a valid JSON object."
         )
-    problem = argument_problem(binding.parameters, call.arguments)
+    problem = await check_arguments(binding.parameters, call.arguments)
     if problem:
         return refuse("rejected", "InvalidArguments", f"error: invalid arguments: {problem}")
     return Screened(
@@ -396,7 +396,7 @@ async def _run_calls(
     by_name = {t.name: t for t in tools}
     seen: set[str] = set()
     for call in calls:
-        screened = _screen_call(call, state.step, config, by_name, state.used_tools, seen)
+        screened = await _screen_call(call, state.step, config, by_name, state.used_tools, seen)
         seen.add(call.name)
         if (
             resuming

@@ -4,20 +4,32 @@ The answer is untrusted text, so every step is linear in its length and bounded:
 fence is stripped by index arithmetic (no regex), the JSON is parsed by `bounded_json_loads`
 (size and nesting caps, `MAX_JSON_CHARS` and `MAX_JSON_DEPTH`), and the schema is evaluated
 by the memoised validator of `ordo.api.jsonschemas`, which matches patterns with RE2 and
-runs within a work budget: an answer too costly to validate is `InvalidOutput`, like one that
-does not match.
+runs within a work budget: an answer too costly to validate on the event loop is validated
+off it (`parse_answer`, `ordo.engine.validation`) and one too costly for that is
+`InvalidOutput`, like one that does not match.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ..api import jsonschemas
 from ..errors import InvalidOutput, InvalidSchema, UntrustedInputTooLarge
+from . import validation
 from .jsontext import MAX_JSON_CHARS, MAX_JSON_DEPTH, bounded_json_loads
 
-__all__ = ["InvalidOutput", "check_schema", "instruction", "parse", "strip_fence"]
+__all__ = [
+    "InvalidOutput",
+    "check_schema",
+    "decode",
+    "instruction",
+    "parse",
+    "parse_answer",
+    "strip_fence",
+]
 
 _FENCE = "```"
 
@@ -75,16 +87,10 @@ def _path(parts: Any, declared: set[str]) -> str:
     return out
 
 
-def parse(
-    text: str,
-    schema: dict[str, Any],
-    *,
-    max_chars: int = MAX_JSON_CHARS,
-    max_depth: int = MAX_JSON_DEPTH,
+def decode(
+    text: str, *, max_chars: int = MAX_JSON_CHARS, max_depth: int = MAX_JSON_DEPTH
 ) -> dict[str, Any]:
-    """Parse and validate. Raises InvalidOutput (and nothing else) with a content-free
-    message; an answer over the caps is InvalidOutput too, an output schema that cannot be
-    evaluated is InvalidOutput with reason InvalidSpec."""
+    """The answer's JSON object (fence stripped, bounded parse), or InvalidOutput."""
     if len(text) > 2 * max_chars:  # before even stripping: whitespace padding counts
         raise InvalidOutput(f"the answer is longer than {max_chars} characters")
     candidate = strip_fence(text)
@@ -98,10 +104,43 @@ def parse(
         ) from None
     if not isinstance(value, dict):
         raise InvalidOutput(f"the answer is a JSON {type(value).__name__}, expected an object")
+    return value
+
+
+def parse(
+    text: str,
+    schema: dict[str, Any],
+    *,
+    max_chars: int = MAX_JSON_CHARS,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> dict[str, Any]:
+    """Parse and validate on the event loop (within its share of work: a value too costly
+    for it is InvalidOutput; `parse_answer` validates those off the loop). Raises
+    InvalidOutput (and nothing else) with a content-free message; an answer over the caps is
+    InvalidOutput too, an output schema that cannot be evaluated is InvalidOutput with reason
+    InvalidSpec."""
+    value = decode(text, max_chars=max_chars, max_depth=max_depth)
+    with _refused():
+        errors = jsonschemas.validator_for(schema).errors(value)
+    _explain(errors, schema)
+    return value
+
+
+async def parse_answer(text: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """`parse` for a model's final answer: a value too costly to validate on the event loop
+    is validated off it (`ordo.engine.validation`), within a deadline that fails closed."""
+    value = decode(text)
+    with _refused():
+        errors = await validation.schema_errors(schema, value)
+    _explain(errors, schema)
+    return value
+
+
+@contextlib.contextmanager
+def _refused() -> Iterator[None]:
+    """A validation's own failures as InvalidOutput."""
     try:
-        errors = sorted(
-            jsonschemas.validator_for(schema).errors(value), key=lambda e: list(e.absolute_path)
-        )
+        yield
     except InvalidSchema as exc:
         raise InvalidOutput(
             f"the output schema cannot be used: {exc.message}"[:1024], reason="InvalidSpec"
@@ -110,6 +149,11 @@ def parse(
         raise InvalidOutput(
             f"the answer is too costly to validate against the output schema: {exc.message}"
         ) from None
+
+
+def _explain(found: list[Any], schema: dict[str, Any]) -> None:
+    """Raise InvalidOutput naming the first validation error (content-free), if any."""
+    errors = sorted(found, key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
         rule = err.validator
@@ -150,7 +194,6 @@ def parse(
         raise InvalidOutput(
             f"the answer does not match the output schema at {_path(err.absolute_path, _declared_names(schema))}: failed {detail}{more}"
         )
-    return value
 
 
 def check_schema(schema: dict[str, Any]) -> str | None:

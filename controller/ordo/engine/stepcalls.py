@@ -13,6 +13,7 @@ import jsonschema
 
 from ..api import jsonschemas
 from ..errors import InvalidSchema, UntrustedInputTooLarge
+from . import validation
 from .jsontext import MAX_JSON_DEPTH, value_depth
 from .model import ModelClient, ModelRequest, ModelResponse
 
@@ -50,23 +51,51 @@ def loop_deadline(deadline: float | None) -> float | None:
 
 
 def argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    """Why `arguments` do not satisfy the tool's input schema, or None. Patterns are matched
-    with RE2 (linear time) and the validation runs within a work budget; a schema that cannot
-    be evaluated, or arguments too costly to check, reject the call (fail closed)."""
-
-    if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"
-    if not schema:
-        return None
+    """Why `arguments` do not satisfy the tool's input schema, or None, validated on the event
+    loop within its share of work (`check_arguments` validates larger arguments off it).
+    Patterns are matched with RE2 (linear time) and the validation runs within a work budget;
+    a schema that cannot be evaluated, or arguments too costly to check, reject the call
+    (fail closed)."""
+    problem = _shape_problem(arguments)
+    if problem or not schema:
+        return problem
     try:
         errors = jsonschemas.validator_for(schema).errors(arguments)
-    except InvalidSchema:
+    except (InvalidSchema, UntrustedInputTooLarge) as exc:
+        return _refusal(exc)
+    return _first_error(errors)
+
+
+async def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """`argument_problem` for the loop's tool calls: arguments too costly to validate on the
+    event loop are validated off it (`ordo.engine.validation`), within a deadline that fails
+    closed."""
+    problem = _shape_problem(arguments)
+    if problem or not schema:
+        return problem
+    try:
+        errors = await validation.schema_errors(schema, arguments)
+    except (InvalidSchema, UntrustedInputTooLarge) as exc:
+        return _refusal(exc)
+    return _first_error(errors)
+
+
+def _shape_problem(arguments: dict[str, Any]) -> str | None:
+    if value_depth(arguments, limit=MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return f"the arguments nest deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+def _refusal(exc: InvalidSchema | UntrustedInputTooLarge) -> str:
+    if isinstance(exc, InvalidSchema):
         return "the tool's input schema cannot be used, so the call was not run"
-    except UntrustedInputTooLarge:
-        return (
-            "the arguments are too costly to check against the tool's input schema, so the "
-            "call was not run; send smaller arguments"
-        )
+    return (
+        "the arguments are too costly to check against the tool's input schema, so the "
+        "call was not run; send smaller arguments"
+    )
+
+
+def _first_error(errors: list[Any]) -> str | None:
     error = jsonschema.exceptions.best_match(errors)
     if error is None:
         return None
