@@ -303,9 +303,7 @@ class SchemaValidator:
         `MAX_FUEL`, and RE2's worst case (DFA given up: program size x characters) fits
         `MAX_PATTERN_WORK_ON_LOOP`. Otherwise validate it off the loop with
         `cap=MAX_OFF_LOOP_FUEL` (`ordo.engine.validation`)."""
-        per_char = fuel.FUEL_FACTOR * max(self.cost, 1)
-        size = fuel.json_size(instance, limit=fuel.MAX_FUEL // per_char + 1)
-        if fuel.FUEL_FLOOR + per_char * size > fuel.MAX_FUEL:
+        if self.budget(instance, cap=fuel.MAX_FUEL + 1) > fuel.MAX_FUEL:
             return False
         return self._pattern_work(instance, MAX_PATTERN_WORK_ON_LOOP) <= MAX_PATTERN_WORK_ON_LOOP
 
