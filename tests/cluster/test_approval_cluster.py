@@ -94,7 +94,7 @@ def ordo(cp: ControlPlane, kubeconfig: Path, *args: str) -> subprocess.Completed
     env = cp.env()
     env["KUBECONFIG"] = str(kubeconfig)
     return subprocess.run(
-        [sys.executable, "-m", "ordo.cli", *args],
+        [sys.executable, "-m", "ordo.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -37,10 +37,11 @@ from tests.support.openai_server import OpenAIServer
 
 from ordo.api import Agent
 from ordo.errors import PolicyUnavailable, StoreError
-from ordo.operator.cache import CachedStore, ObjectCache
-from ordo.operator.kube import KubeClient
-from ordo.operator.metrics import Metrics
-from ordo.operator.scheduler import SchedulerSettings, TaskScheduler
+from ordo.operator.kube.cache import CachedStore, ObjectCache
+from ordo.operator.kube.client import KubeClient
+from ordo.operator.settings import SchedulerSettings
+from ordo.operator.tasks.scheduler import TaskScheduler
+from ordo.operator.telemetry.metrics import Metrics
 from ordo.runtime.policies import permissions, selecting_policies
 from ordo_devcluster import ControlPlane
 

@@ -41,7 +41,7 @@ from tests.support.operator import (
     write_report,
 )
 
-from ordo.operator.coalesce import FLUSH_SECONDS
+from ordo.operator.tasks.coalesce import FLUSH_SECONDS
 from ordo_devcluster import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -138,7 +138,7 @@ def test_operator_exits_naming_the_port_flag_in_use(
             [
                 sys.executable,
                 "-m",
-                "ordo.cli",
+                "ordo.cli.main",
                 "operator",
                 "-n",
                 namespace,

@@ -79,7 +79,7 @@ def invoke(
     cp: ControlPlane, *args: str, stdin: str | None = None, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ordo.cli", "invoke", *args],
+        [sys.executable, "-m", "ordo.cli.main", "invoke", *args],
         env=env(cp),
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
@@ -221,7 +221,7 @@ def test_a_signal_without_tty_cancels_the_task_and_exits(
     instead of leaving it running."""
     apply(control_plane, namespace, SLOW)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ordo.cli", "invoke", "slow-agent", "-n", namespace],
+        [sys.executable, "-m", "ordo.cli.main", "invoke", "slow-agent", "-n", namespace],
         env=env(control_plane),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -255,7 +255,7 @@ def test_a_signal_without_tty_cancels_the_task_and_exits(
 def ci_invoke(cp: ControlPlane, *args: str) -> subprocess.Popen[str]:
     """`ordo invoke` as a CI job runs it: CI=true, no TTY, stdin closed (fd 0 not open)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ordo.cli", "invoke", *args],
+        [sys.executable, "-m", "ordo.cli.main", "invoke", *args],
         env={**env(cp), "CI": "true"},
         stdin=None,
         stdout=subprocess.PIPE,

@@ -23,7 +23,8 @@ from tests.support.kube_faults import Fault, FaultTransport
 from ordo.engine.state import RunState
 from ordo.engine.transcript import AssistantMessage, SystemMessage, UserMessage
 from ordo.errors import Interrupted, LeaseLost
-from ordo.operator.checkpoint import (
+from ordo.operator.kube.client import ApiError, Fenced, KubeClient
+from ordo.operator.tasks.checkpoint import (
     EXECUTION_ANNOTATION,
     KEY,
     MAX_BYTES,
@@ -31,8 +32,7 @@ from ordo.operator.checkpoint import (
     CheckpointTooLarge,
     name_for,
 )
-from ordo.operator.kube import ApiError, Fenced, KubeClient
-from ordo.operator.lease import ExecutionLease
+from ordo.operator.tasks.lease import ExecutionLease
 from ordo_devcluster import ControlPlane
 
 Factory = Callable[..., KubeClient]

@@ -65,7 +65,7 @@ class OperatorProcess:
         cmd = [
             sys.executable,
             "-m",
-            "ordo.cli",
+            "ordo.cli.main",
             "operator",
             *self.scope,
             "--metrics-port",

@@ -16,13 +16,13 @@ import jsonschema
 import pytest
 import yaml
 
-from ordo import cli
 from ordo.api import KINDS, Resource, crdgen, manifests, model_tool_name, parse_duration
 from ordo.api.agent import Agent
 from ordo.api.memory import Memory
 from ordo.api.modelendpoint import ModelEndpoint
 from ordo.api.policy import LabelSelector
 from ordo.api.tool import Tool
+from ordo.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from ordo.api.manifests import load
-from ordo.cli import main
-from ordo.local import run_tasks
-from ordo.localapproval import NO_TERMINAL, LocalApprover, mode_for
+from ordo.cli.local import run_tasks
+from ordo.cli.localapproval import NO_TERMINAL, LocalApprover, mode_for
+from ordo.cli.main import main
 from support.engine_fakes import agent, mock_endpoint, mock_tool, task_body, turn_calls
 
 DEPLOY = {"env": "prod-canary-31"}

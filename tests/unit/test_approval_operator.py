@@ -16,7 +16,7 @@ import pytest
 from ordo.engine import approvals as engine
 from ordo.engine.approvals import PendingApproval
 from ordo.engine.state import RunState
-from ordo.operator.approvals import (
+from ordo.operator.tasks.approvals import (
     ApprovalGate,
     acceptance,
     awaiting,
@@ -28,7 +28,7 @@ from ordo.operator.approvals import (
     resumed_fields,
     rfc3339,
 )
-from ordo.operator.metrics import Metrics
+from ordo.operator.telemetry.metrics import Metrics
 
 BORN = 1_800_000_000.0
 """The Task's creationTimestamp (whole seconds, as the API server writes it)."""

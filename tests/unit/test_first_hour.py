@@ -27,17 +27,17 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from ordo.api import ModelEndpoint, Tool, manifests
-from ordo.cli import main
+from ordo.cli.local import ManifestStore, run_tasks
+from ordo.cli.main import main
 from ordo.engine.output import InvalidOutput
 from ordo.engine.output import parse as parse_output
 from ordo.engine.state import ToolCallRecord
 from ordo.engine.tooling import ResolvedTool, ToolFailure
 from ordo.errors import MemoryBackendError
-from ordo.local import ManifestStore, run_tasks
-from ordo.operator import logs
-from ordo.operator.health import HealthServer, PortInUse
-from ordo.operator.metrics import Metrics
-from ordo.operator.writer import UNKNOWN_AGENT, agent_label
+from ordo.operator.tasks.writer import UNKNOWN_AGENT, agent_label
+from ordo.operator.telemetry import logs
+from ordo.operator.telemetry.health import HealthServer, PortInUse
+from ordo.operator.telemetry.metrics import Metrics
 from ordo.providers.errors import endpoint_label
 from ordo.runtime import TaskOutcome, fetch
 from ordo.tools.mcp import McpToolExecutor
@@ -461,7 +461,7 @@ def test_ctrl_c_names_the_running_tasks_and_exits_130(tmp_path: Path) -> None:
     port = hanging.getsockname()[1]
     path = _write(tmp_path, SLOW_AND_FAST.format(port=port))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ordo.cli", "run", "-f", str(path)],
+        [sys.executable, "-m", "ordo.cli.main", "run", "-f", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, **LIVE_VIEW_ON_A_PIPE},

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from tests.support.packaging import CHART, ROOT, container, helm, helm_template, one
 
-from ordo.cli import build_parser
+from ordo.cli.main import build_parser
 from ordo.operator.main import add_arguments, parse_quantities
 
 SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ordo import cli
 from ordo.api import manifests
 from ordo.api.base import MAX_LIMIT_DURATION, MIN_LIMIT_DURATION, parse_duration
+from ordo.cli import main as cli
 
 API = "ordo.dev/v1alpha1"
 

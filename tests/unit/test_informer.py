@@ -14,10 +14,10 @@ import pytest
 
 from ordo.api import Task
 from ordo.errors import PolicyUnavailable, StoreError
-from ordo.operator.cache import CachedStore, NotSynced, ObjectCache
-from ordo.operator.informer import LAST_APPLIED, Informer
-from ordo.operator.kube import ApiError
-from ordo.operator.metrics import Metrics
+from ordo.operator.kube.cache import CachedStore, NotSynced, ObjectCache
+from ordo.operator.kube.client import ApiError
+from ordo.operator.kube.informer import LAST_APPLIED, Informer
+from ordo.operator.telemetry.metrics import Metrics
 from ordo.runtime import resolve
 
 End = None
@@ -262,7 +262,7 @@ async def test_cached_store_fails_closed_and_resolve_reports_policy_unavailable(
 async def test_readyz_fails_until_the_caches_are_synced() -> None:
     import aiohttp
 
-    from ordo.operator.health import HealthServer
+    from ordo.operator.telemetry.health import HealthServer
 
     source = Source()
     source.lists["Agent"] = [ApiError(403, "Forbidden", "no"), ([], "1")]

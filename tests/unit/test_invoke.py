@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ordo import cli, invoke
 from ordo.api.task import REASONS
+from ordo.cli import invoke
+from ordo.cli import main as cli
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -253,7 +254,7 @@ def closed_stdin_invoke(tmp_path: Path, *argv: str) -> subprocess.CompletedProce
         )
     )
     return subprocess.run(
-        [sys.executable, "-m", "ordo.cli", "invoke", *argv, "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "ordo.cli.main", "invoke", *argv, "--kubeconfig", str(kubeconfig)],
         env={**os.environ, "CI": "true"},
         capture_output=True,
         text=True,

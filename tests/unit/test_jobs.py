@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from ordo.api import REASONS, Agent, Task
 from ordo.operator import main as operator_main
-from ordo.operator.jobs import (
+from ordo.operator.jobmode.supervisor import (
     JobSettings,
     build_job,
     deadline_seconds,
@@ -415,7 +415,7 @@ def test_job_flags_parse() -> None:
 
 def test_job_mode_default_without_image_is_refused() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ordo.cli", "operator", "--default-execution-mode", "Job"],
+        [sys.executable, "-m", "ordo.cli.main", "operator", "--default-execution-mode", "Job"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,7 @@ from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelResponse
 from ordo.engine.state import RunState
 from ordo.engine.transcript import Usage
-from ordo.operator import checkpoint
+from ordo.operator.tasks import checkpoint
 from support.engine_fakes import ScriptedModel, answer, call, run_config, toolbox, tools_turn
 
 NOW = 1_000_000.0

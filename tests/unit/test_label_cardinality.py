@@ -28,9 +28,9 @@ from prometheus_client import generate_latest
 from ordo.engine.events import NOT_OFFERED_TOOL
 from ordo.engine.model import ModelResponse
 from ordo.engine.sanitize import MAX_TOOL_CALLS_PER_RESPONSE
-from ordo.operator import logs
-from ordo.operator.metrics import Metrics
-from ordo.operator.writer import ProgressWriter, TaskWriter, log_events
+from ordo.operator.tasks.writer import ProgressWriter, TaskWriter, log_events
+from ordo.operator.telemetry import logs
+from ordo.operator.telemetry.metrics import Metrics
 from ordo.runtime import Snapshot, TaskOutcome, execute
 from ordo.runtime.execute import Prepared
 from support.engine_fakes import (
@@ -232,7 +232,7 @@ async def test_a_denied_invented_name_ends_the_task_without_naming_it(
 
 def test_the_tool_label_of_a_name_outside_the_alphabet_is_the_fixed_value() -> None:
     """The metrics listener's own bound (defence in depth behind the engine's)."""
-    from ordo.operator.metrics import _tool_label
+    from ordo.operator.telemetry.metrics import _tool_label
 
     assert _tool_label("web-search") == "web-search"
     assert _tool_label(NOT_OFFERED_TOOL) == NOT_OFFERED_TOOL

@@ -18,10 +18,16 @@ import pytest
 from ordo.engine.state import RunState
 from ordo.engine.transcript import AssistantMessage, UserMessage
 from ordo.errors import Interrupted, LeaseLost, OrdoError
-from ordo.operator import checkpoint
-from ordo.operator.kube import RETRY_ATTEMPTS, ApiError, Fenced, KubeClient, patch_test_failed
-from ordo.operator.lease import ExecutionLease, held_elsewhere, remaining, valid_until
-from ordo.operator.ownership import owner_reference
+from ordo.operator.kube.client import (
+    RETRY_ATTEMPTS,
+    ApiError,
+    Fenced,
+    KubeClient,
+    patch_test_failed,
+)
+from ordo.operator.tasks import checkpoint
+from ordo.operator.tasks.lease import ExecutionLease, held_elsewhere, remaining, valid_until
+from ordo.operator.tasks.ownership import owner_reference
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -7,8 +7,10 @@ import logging
 
 import pytest
 
-from ordo.operator import conditions, kube, logs
-from ordo.operator.metrics import _tool_label
+from ordo.operator.kube import client as kube
+from ordo.operator.tasks import conditions
+from ordo.operator.telemetry import logs
+from ordo.operator.telemetry.metrics import _tool_label
 
 
 def test_set_condition_keeps_transition_time_when_status_is_unchanged() -> None:
@@ -165,7 +167,7 @@ async def test_per_call_log_lines_are_debug_and_denials_stay_warnings(
     allowed tool call only at debug (issue 14: most of the log volume, and operator CPU)."""
     from ordo.engine.events import RunStarted, StepStarted, ToolDecided, ToolFinished
     from ordo.engine.state import ToolCallRecord
-    from ordo.operator.writer import log_events
+    from ordo.operator.tasks.writer import log_events
 
     events = [
         RunStarted(0),

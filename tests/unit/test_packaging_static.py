@@ -30,8 +30,8 @@ from tests.support.packaging import (
 )
 
 from ordo.api import crdgen
-from ordo.cli import build_parser
-from ordo.operator.metrics import Metrics
+from ordo.cli.main import build_parser
+from ordo.operator.telemetry.metrics import Metrics
 
 DOCKERFILE = ROOT / "Dockerfile"
 VENV_BIN = Path(sys.executable).parent

@@ -24,8 +24,8 @@ from tests.support.engine_fakes import (
     role,
 )
 
-from ordo.operator import readiness
-from ordo.operator.readiness import Verdict
+from ordo.operator.readiness import reconciler as readiness
+from ordo.operator.readiness.reconciler import Verdict
 
 CANARY = "sk-canary-7f3a9c"
 

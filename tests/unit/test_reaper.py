@@ -11,9 +11,9 @@ from urllib.parse import parse_qs
 import httpx
 import kopf
 
-from ordo.operator.checkpoint import UID_LABEL, CheckpointStore
-from ordo.operator.kube import KubeClient
-from ordo.operator.reaper import CheckpointReaper
+from ordo.operator.kube.client import KubeClient
+from ordo.operator.tasks.checkpoint import UID_LABEL, CheckpointStore
+from ordo.operator.tasks.reaper import CheckpointReaper
 
 
 class Api:

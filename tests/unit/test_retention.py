@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from ordo.api.task import TASK_SPEC_IMMUTABLE, TaskSpec
-from ordo.operator.kube import KubeClient
-from ordo.operator.metrics import Metrics
-from ordo.operator.retention import Retention, due_at, finished_at, parse_time, ttl_seconds
+from ordo.operator.kube.client import KubeClient
+from ordo.operator.tasks.retention import Retention, due_at, finished_at, parse_time, ttl_seconds
+from ordo.operator.telemetry.metrics import Metrics
 
 T0 = parse_time("2030-01-01T00:00:00Z")
 assert T0 is not None

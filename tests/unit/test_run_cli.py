@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ordo.cli import main
+from ordo.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

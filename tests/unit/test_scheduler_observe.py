@@ -14,10 +14,10 @@ import httpx
 import kopf
 import pytest
 
-from ordo.operator import scheduler as scheduler_mod
-from ordo.operator.kube import KubeClient
-from ordo.operator.scheduler import TaskScheduler
-from ordo.operator.writer import FINALIZER
+from ordo.operator.kube.client import KubeClient
+from ordo.operator.tasks import scheduler as scheduler_mod
+from ordo.operator.tasks.scheduler import TaskScheduler
+from ordo.operator.tasks.writer import FINALIZER
 
 
 class Api:

@@ -441,7 +441,7 @@ async def test_a_stored_object_over_the_bound_ends_its_task_invalid_spec(kind: s
 
 async def test_readiness_of_a_stored_tool_over_the_bound_names_the_path() -> None:
     from ordo.errors import validation_problem
-    from ordo.operator import readiness
+    from ordo.operator.readiness import reconciler as readiness
 
     body = mock_tool("search", inputSchema=REVIEWER)
     with pytest.raises(ValidationError) as info:

@@ -12,8 +12,8 @@ import pytest
 
 from ordo.engine.state import RunState
 from ordo.errors import Interrupted
-from ordo.operator.checkpoint import SNAPSHOT_ANNOTATION
-from ordo.operator.runner import Runner
+from ordo.operator.tasks.checkpoint import SNAPSHOT_ANNOTATION
+from ordo.operator.tasks.runner import Runner
 from ordo.runtime.resolve import resolve
 from ordo.runtime.snapshot import Snapshot
 from support.engine_fakes import (

@@ -289,9 +289,9 @@ class Api:
 
 
 def writer_for(api: Api) -> Any:
-    from ordo.operator.kube import KubeClient
-    from ordo.operator.metrics import Metrics
-    from ordo.operator.writer import TaskWriter
+    from ordo.operator.kube.client import KubeClient
+    from ordo.operator.tasks.writer import TaskWriter
+    from ordo.operator.telemetry.metrics import Metrics
 
     client = KubeClient(
         kopf.ConnectionInfo(server="https://kube.invalid"),
@@ -352,8 +352,8 @@ async def test_an_outcome_without_run_state_keeps_the_step_and_usage_the_task_sh
 
 
 def test_the_refusals_kube_apiserver_gives_for_size_are_recognised() -> None:
-    from ordo.operator.kubeerrors import ApiError
-    from ordo.operator.writer import refused_for_size
+    from ordo.operator.kube.errors import ApiError
+    from ordo.operator.tasks.writer import refused_for_size
 
     # as kube-apiserver v1.36 answered them (tests/cluster/test_big_status_cluster.py)
     assert refused_for_size(ApiError(413, "RequestEntityTooLarge", "Request entity too large"))

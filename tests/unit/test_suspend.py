@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ordo.cli import main
+from ordo.cli.main import main
 from ordo.engine.governance import Governance
 from ordo.engine.livepolicy import PolicyUpdate, narrowed
 from ordo.engine.loop import run_agent

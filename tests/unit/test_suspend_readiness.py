@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ordo.operator import readiness
+from ordo.operator.readiness import reconciler as readiness
 from support.engine_fakes import DictStore, agent, mock_endpoint, policy
 
 

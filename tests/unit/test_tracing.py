@@ -20,9 +20,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.support.traced import recorded_spans, traced_set
 
 from ordo.api import Task, manifests
+from ordo.cli.local import ManifestStore, run_tasks
 from ordo.engine.events import Event
-from ordo.local import ManifestStore, run_tasks
-from ordo.operator import logs
+from ordo.operator.telemetry import logs
 from ordo.runtime import execute
 from ordo.runtime.tracing import TracingConfigError, settings_from_env
 

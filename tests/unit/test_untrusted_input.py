@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from ordo.api import jsonschemas
 from ordo.api.jsonschemas import check_schema, validator_for
-from ordo.cli import main as cli_main
+from ordo.cli.main import main as cli_main
 from ordo.engine import output
 from ordo.engine.jsontext import MAX_JSON_DEPTH, bounded_json_loads, json_depth, value_depth
 from ordo.engine.loop import run_agent

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ordo.api import manifests
-from ordo.cli import main
+from ordo.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart" / "agent.yaml"

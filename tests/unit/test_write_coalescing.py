@@ -15,9 +15,9 @@ from ordo.engine.state import RunConfig, RunResult, RunState
 from ordo.engine.tooling import ToolBinding
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from ordo.errors import LeaseLost
-from ordo.operator.checkpoint import CheckpointStore, decode
-from ordo.operator.coalesce import RunWrites, side_effect_pending
-from ordo.operator.kubeerrors import ApiError, Fenced
+from ordo.operator.kube.errors import ApiError, Fenced
+from ordo.operator.tasks.checkpoint import CheckpointStore, decode
+from ordo.operator.tasks.coalesce import RunWrites, side_effect_pending
 from support.engine_fakes import (
     ScriptedModel,
     Toolbox,

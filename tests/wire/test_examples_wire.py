@@ -17,7 +17,7 @@ from tests.support.openai_server import OpenAIServer
 from tests.support.scripted import ScriptedServer
 from tests.support.wire import CANARY
 
-from ordo.local import secret_env_name
+from ordo.cli.local import secret_env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -27,7 +27,7 @@ def ordo_command() -> list[str]:
     script = Path(sys.executable).with_name("ordo")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from ordo.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from ordo.cli.main import main; sys.exit(main())"]
 
 
 @pytest.mark.parametrize("example", ["openai", "anthropic", "ollama"])

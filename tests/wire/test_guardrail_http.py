@@ -35,7 +35,7 @@ from ordo.api.guardrail import GUARDRAIL_POINTS, HttpGuardrail
 from ordo.engine.events import Event, GuardrailFired
 from ordo.engine.guardrails import GuardrailBinding, Verdict
 from ordo.engine.loop import run_agent
-from ordo.operator.guardrail_verdicts import guardrail_verdict
+from ordo.operator.readiness.guardrails import guardrail_verdict
 from ordo.providers import build_model_client
 from ordo.runtime import TaskOutcome
 from ordo.tools import binding
@@ -274,7 +274,7 @@ def ordo_run(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         folder.mkdir(exist_ok=True)
         (folder / "set.yaml").write_text(manifests)
         return subprocess.run(
-            [sys.executable, "-m", "ordo.cli", "run", "-f", str(folder), *flags],
+            [sys.executable, "-m", "ordo.cli.main", "run", "-f", str(folder), *flags],
             capture_output=True,
             text=True,
             env=dict(os.environ),

@@ -22,9 +22,9 @@ from aiohttp import web
 from tests.support.faultproxy import FaultProxy
 from tests.support.threaded_server import serve_aiohttp
 
-from ordo.operator.kube import KubeClient
-from ordo.operator.kubeerrors import ApiError
-from ordo.operator.kubetransport import AiohttpTransport
+from ordo.operator.kube.client import KubeClient
+from ordo.operator.kube.errors import ApiError
+from ordo.operator.kube.transport import AiohttpTransport
 
 TASK = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Task", "metadata": {"name": "t1"}}
 CREATED = json.dumps(TASK).encode()
@@ -308,7 +308,7 @@ async def test_watch_lines_split_across_chunks_blank_lines_and_utf8_are_read_who
     """Watch events are split on newlines as bytes (no text decoding first): an event cut
     across chunks, even inside a multi-byte character, is read whole; blank lines are
     skipped; a line past the bound ends the watch with a clear error, not unbounded memory."""
-    from ordo.operator import kube as kube_mod
+    from ordo.operator.kube import client as kube_mod
 
     first = '{"type":"ADDED","object":{"name":"caf\u00e9"}}\n'.encode()
     cut = first.index(b"\xa9")  # inside the two bytes of the e-acute

@@ -31,7 +31,7 @@ from tests.support.stall import StallWatchdog
 from tests.support.wire import resolved
 
 from ordo.engine.tooling import ToolCallFailed, ToolFailure
-from ordo.operator import readiness
+from ordo.operator.readiness import reconciler as readiness
 from ordo.tools import binding, build_executor
 from ordo.tools.mcp import (
     MAX_LISTED_TOOLS,

@@ -63,7 +63,7 @@ def test_ordo_run_exports_the_task_trace_to_jaeger(tmp_path: Path, jaeger: Jaege
             "ORDO_SECRET_MODEL_KEY_API_KEY": KEY,
         }
         done = subprocess.run(
-            [sys.executable, "-m", "ordo.cli", "run", "-f", str(folder), "-q", "-o", "json"],
+            [sys.executable, "-m", "ordo.cli.main", "run", "-f", str(folder), "-q", "-o", "json"],
             capture_output=True,
             text=True,
             env=env,

@@ -14,15 +14,16 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
-from .cache import CachedStore, ObjectCache
-from .health import HealthServer, PortInUse
-from .jobs import COMPONENT, MANAGED_BY, JobSettings
-from .kube import KubeClient, login
-from .metrics import Metrics
-from .readiness import ReadinessReconciler
-from .retention import Retention
-from .scheduler import SchedulerSettings, TaskScheduler
-from .taskfeed import TaskFeed
+from .jobmode.supervisor import COMPONENT, MANAGED_BY, JobSettings
+from .kube.cache import CachedStore, ObjectCache
+from .kube.client import KubeClient, login
+from .readiness.reconciler import ReadinessReconciler
+from .settings import SchedulerSettings
+from .tasks.feed import TaskFeed
+from .tasks.retention import Retention
+from .tasks.scheduler import TaskScheduler
+from .telemetry.health import HealthServer, PortInUse
+from .telemetry.metrics import Metrics
 
 log = logging.getLogger("ordo.operator")
 

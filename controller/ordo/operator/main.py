@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 from ..runtime import tracing
-from . import logs
+from .telemetry import logs
 
 
 def _duration_seconds(value: str) -> float:
@@ -193,7 +193,7 @@ def add_run_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_task(args: argparse.Namespace) -> int:
     """`ordo run-task`: the process of a Job-mode pod (operator/jobrunner.py)."""
-    from .jobrunner import run_task as run
+    from .jobmode.podrunner import run_task as run
 
     logs.configure(args.log_format, args.log_level.upper())
     if problem := tracing.configure_or_explain("ordo-task"):
@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from . import handlers
-    from .jobs import JobSettings
+    from .jobmode.supervisor import JobSettings
 
     logs.configure(args.log_format, args.log_level.upper())
     if problem := tracing.configure_or_explain("ordo-operator"):

@@ -1,0 +1,415 @@
+"""`ordo invoke AGENT`: run an Agent on the cluster from a terminal or a pipeline.
+
+Creates a Task (`generateName: <agent>-`) through the Kubernetes API (kubeconfig like kubectl,
+or the in-cluster ServiceAccount), follows it with a watch (a GET every 0.5 s when the watch
+is forbidden), writes progress to stderr (phase, step, tool decisions: never content) and the
+final output to stdout, and exits with a code that says how the Task ended (`EXIT_CODES`).
+
+Also installed as `kubectl-ordo`, so `kubectl ordo invoke ...` runs the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import httpx
+import kopf
+import yaml
+
+from ..api import GROUP, VERSION
+from ..api.base import parse_duration
+from ..api.task import TERMINAL_PHASES
+from ..operator.kube.auth import KubeconfigError, connect, kubeconfig_login
+from ..operator.kube.client import ApiError, KubeClient
+from .taskwatch import Progress, summary, task_updates, watch_client
+
+__all__ = ["KubeconfigError", "kubeconfig_login", "run"]
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+"""Bad arguments, no cluster credentials, the API refused or could not be reached."""
+EXIT_CANCELLED = 3
+EXIT_TIMEOUT = 4
+"""`--timeout` reached while waiting: the Task is left running."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT): the Task was cancelled (or left running, if you said so) and waited for."""
+EXIT_TERMINATED = 143
+"""SIGTERM (a CI system stopping the job): the Task was cancelled without asking, waited for."""
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_SUCCEEDED}    the Task Succeeded (or --no-wait: it was created)
+  {EXIT_FAILED}    the Task Failed (its reason and message are printed)
+  {EXIT_USAGE}    usage error, no credentials, or the Kubernetes API refused or was unreachable
+  {EXIT_CANCELLED}    the Task was Cancelled (spec.cancel) or deleted
+  {EXIT_TIMEOUT}    --timeout reached while waiting (the Task keeps running; its name is printed)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); without a TTY the Task is cancelled first
+  {EXIT_TERMINATED}  terminated (SIGTERM, e.g. a CI job stopped): the Task is cancelled first
+
+Ctrl-C asks "cancel Task X? [y/N]" when stdin is a terminal; without one (CI, stdin
+closed) it cancels the Task (sets spec.cancel), waits for it to end and exits {EXIT_INTERRUPTED}.
+A second Ctrl-C stops waiting. A signal while the Task is being created cancels it once the
+create returns; one before that creates no Task."""
+
+MAX_PREFIX = 58
+"""generateName prefix cap: the API server adds 5 characters, so names fit 63 (a label)."""
+
+
+T = TypeVar("T")
+
+
+class InvokeError(Exception):
+    """A usage or connection problem: printed, exit 2."""
+
+
+class Stop:
+    """SIGINT and SIGTERM as one invocation sees them, from before its first request to its
+    end. Neither is ever the default "exit now": that would leave a Task whose create request
+    was in flight running with nobody waiting for it (the Task can exist before the answer
+    comes). A signal only sets `requested`; each phase decides what it means (`Invocation`)."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.terminated = False
+        """A SIGTERM came (a CI system stopping the job): cancel without asking."""
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._on, False)
+            loop.add_signal_handler(signal.SIGTERM, self._on, True)
+
+    def remove(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    def _on(self, terminated: bool) -> None:
+        self.terminated = self.terminated or terminated
+        self.requested.set()
+
+    def exit_code(self) -> int:
+        return EXIT_TERMINATED if self.terminated else EXIT_INTERRUPTED
+
+
+def exit_code(phase: str | None) -> int:
+    """The exit code of a Task that ended in `phase`."""
+    if phase == "Succeeded":
+        return EXIT_SUCCEEDED
+    if phase == "Cancelled":
+        return EXIT_CANCELLED
+    return EXIT_FAILED
+
+
+# -- arguments ---------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Create a Task for AGENT on the cluster (KUBECONFIG or ~/.kube/config, like kubectl;\n"
+        "in a pod, its ServiceAccount), print its progress to stderr and its output to stdout."
+    )
+    parser.epilog = EXIT_CODES
+    parser.add_argument("agent", metavar="AGENT", help="name of the Agent to run")
+    parser.add_argument(
+        "stdin",
+        nargs="?",
+        choices=["-"],
+        metavar="-",
+        help="read the input from stdin (right after AGENT; or --input-file -)",
+    )
+    parser.add_argument("--input", "-i", metavar="TEXT", help="the Task's input")
+    parser.add_argument(
+        "--input-file", metavar="FILE", help="read the input from FILE ('-': stdin)"
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        help="namespace (default: the kubeconfig context's, else 'default')",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    parser.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for the Task to end (default); --no-wait prints its name and exits 0",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="stop waiting after DURATION (e.g. 30s, 5m): exit 4, the Task keeps running",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "yaml", "json"),
+        default="text",
+        help="text: the output (default); yaml|json: the Task's final status",
+    )
+
+
+def read_input(args: argparse.Namespace, stdin: TextIO | None) -> str | None:
+    """The input text from `--input`, `--input-file` or `-` (at most one), or None. `stdin`
+    is None when file descriptor 0 is closed (a CI job may run commands so)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--input", args.input),
+            ("--input-file", args.input_file),
+            ("-", args.stdin),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise InvokeError(f"give the input once: {' and '.join(given)} both set")
+    if args.input is not None:
+        return str(args.input)
+    if args.input_file == "-" or args.stdin is not None:
+        if stdin is None:
+            raise InvokeError("stdin is closed: give the input with --input or --input-file")
+        return stdin.read()
+    if args.input_file is not None:
+        try:
+            return Path(args.input_file).read_text()
+        except OSError as exc:
+            raise InvokeError(f"cannot read --input-file: {exc.strerror}") from None
+    return None
+
+
+def timeout_seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise InvokeError(f"--timeout: {exc}") from None
+    if seconds <= 0:
+        raise InvokeError("--timeout must be more than 0")
+    return seconds
+
+
+def task_manifest(agent: str, text: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"agentRef": agent}
+    if text is not None:
+        spec["input"] = text
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Task",
+        "metadata": {"generateName": f"{agent[:MAX_PREFIX]}-"},
+        "spec": spec,
+    }
+
+
+# -- credentials -------------------------------------------------------------------------------
+
+
+class Invocation:
+    """One `ordo invoke` run: create, follow, report."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        *,
+        text: str | None,
+        timeout: float | None,
+        out: TextIO,
+        err: TextIO,
+        interactive: bool,
+        read_line: Callable[[], str] | None = None,
+    ) -> None:
+        self.args = args
+        self.text = text
+        self.timeout = timeout
+        self.out = out
+        self.err = err
+        self.interactive = interactive
+        self.read_line = read_line or (lambda: sys.stdin.readline() if sys.stdin else "")
+        self.stop = Stop()
+
+    def note(self, line: str) -> None:
+        print(line, file=self.err, flush=True)
+
+    async def run(self, info: kopf.ConnectionInfo) -> int:
+        loop = asyncio.get_running_loop()
+        self.stop.install(loop)  # before the first request: see `Stop`
+        namespace = self.args.namespace or info.default_namespace or "default"
+        kube = KubeClient(info, max_connections=4)
+        keep: list[Any] = []
+        http = watch_client(info, keep)
+        try:
+            return await self._run(kube, http, namespace)
+        finally:
+            await http.aclose()
+            await kube.close()
+            self.stop.remove(loop)
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> T | None:
+        """`work`'s result, or None (`work` cancelled) once a signal came first. Only for what
+        is safe to abandon: the reads before the Task is created, never the create."""
+        job = asyncio.ensure_future(work)
+        stopper = asyncio.ensure_future(self.stop.requested.wait())
+        try:
+            await asyncio.wait({job, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if job.done():
+            return job.result()
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+        return None
+
+    async def _run(self, kube: KubeClient, http: httpx.AsyncClient, namespace: str) -> int:
+        agent = self.args.agent
+        try:
+            found = await self._unless_stopped(kube.get("Agent", namespace, agent))
+            if found is None and not self.stop.requested.is_set():
+                self.note(f"error: Agent {agent!r} not found in namespace {namespace!r}")
+                return EXIT_USAGE
+        except ApiError as exc:
+            if exc.status == 0:
+                raise
+            # No permission to read Agents (RBAC): the operator reports a missing one.
+        if self.stop.requested.is_set():
+            self.note("stopped before creating a Task: no Task was created")
+            return self.stop.exit_code()
+        # A signal while the create is in flight only sets `stop.requested`: the create ends,
+        # and the Task it made is cancelled below (`_follow`), never left running unwatched.
+        created = await kube.create("Task", namespace, task_manifest(agent, self.text))
+        name = str(created["metadata"]["name"])
+        self.note(f"task/{name} created in namespace {namespace}")
+        if not self.args.wait:
+            if self.stop.requested.is_set():  # stopped before the command had done its job
+                await kube.patch("Task", namespace, name, {"spec": {"cancel": True}})
+                self.note(f"task/{name} was asked to cancel: stopped while it was being created")
+                return self.stop.exit_code()
+            print(name, file=self.out, flush=True)
+            return EXIT_SUCCEEDED
+        version = str(created["metadata"].get("resourceVersion", ""))
+        return await self._follow(kube, http, namespace, name, version)
+
+    async def _follow(
+        self, kube: KubeClient, http: httpx.AsyncClient, namespace: str, name: str, version: str
+    ) -> int:
+        loop = asyncio.get_running_loop()
+        interrupted = self.stop.requested  # already set if a signal came during the create
+        final: dict[str, Any] | None = None
+        progress = Progress()
+
+        async def until_done() -> dict[str, Any] | None:
+            async for obj in task_updates(kube, http, namespace, name, version):
+                if obj is None:
+                    return None
+                status = obj.get("status") or {}
+                for line in progress.update(status):
+                    self.note(line)
+                if status.get("phase") in TERMINAL_PHASES:
+                    return obj
+            return None
+
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        follower = asyncio.create_task(until_done())
+        cancelled = False
+        try:
+            while True:
+                waiter = asyncio.create_task(interrupted.wait())
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait(
+                    {follower, waiter}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                if follower in done:
+                    final = follower.result()
+                    break
+                if not done:
+                    self.note(
+                        f"timed out after {self.args.timeout} waiting for task/{name}; "
+                        f"it keeps running (kubectl get task {name} -n {namespace})"
+                    )
+                    return EXIT_TIMEOUT
+                interrupted.clear()
+                if cancelled:
+                    self.note(f"stopped waiting; task/{name} was asked to cancel")
+                    return self.stop.exit_code()
+                # SIGTERM (a stopped CI job) cancels without asking: nobody is there to answer.
+                confirmed = (
+                    self.stop.terminated or not self.interactive or await self._confirm(name)
+                )
+                interrupted.clear()
+                if not confirmed:
+                    self.note(f"task/{name} keeps running; waiting (Ctrl-C again to ask)")
+                    continue
+                await kube.patch("Task", namespace, name, {"spec": {"cancel": True}})
+                cancelled = True
+                self.note(f"cancelling task/{name} (Ctrl-C again to stop waiting)")
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await follower
+        if final is None:
+            self.note(f"task/{name} was deleted before it ended")
+            return self.stop.exit_code() if cancelled else EXIT_CANCELLED
+        status = final.get("status") or {}
+        self.note(f"task/{name} {summary(status)}")
+        self._print(status)
+        if cancelled:
+            return self.stop.exit_code()
+        return exit_code(status.get("phase"))
+
+    async def _confirm(self, name: str) -> bool:
+        print(f"\ncancel Task {name}? [y/N] ", end="", file=self.err, flush=True)
+        answer = await asyncio.to_thread(self.read_line)
+        return answer.strip().lower() in ("y", "yes")
+
+    def _print(self, status: dict[str, Any]) -> None:
+        fmt = self.args.output
+        if fmt == "json":
+            self.out.write(json.dumps(status, indent=2) + "\n")
+        elif fmt == "yaml":
+            self.out.write(yaml.safe_dump(status, sort_keys=False, allow_unicode=True))
+        elif status.get("phase") == "Succeeded":
+            text = status.get("output")
+            if text is None and status.get("structuredOutput") is not None:
+                text = json.dumps(status["structuredOutput"])
+            if text:
+                self.out.write(text if text.endswith("\n") else text + "\n")
+            if status.get("outputTruncated"):
+                self.note("note: the output was truncated to the status cap")
+        self.out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `ordo invoke` (and `kubectl ordo invoke`)."""
+    try:
+        text = read_input(args, sys.stdin)
+        timeout = timeout_seconds(args.timeout)
+        info = connect(args.kubeconfig, args.context)
+        invocation = Invocation(
+            args,
+            text=text,
+            timeout=timeout,
+            out=sys.stdout,
+            err=sys.stderr,
+            interactive=args.stdin is None
+            and args.input_file != "-"
+            and sys.stdin is not None  # fd 0 closed: no terminal
+            and sys.stdin.isatty(),
+        )
+        return asyncio.run(invocation.run(info))
+    except (InvokeError, KubeconfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiError as exc:
+        print(f"error: Kubernetes API: {exc}", file=sys.stderr)
+        return EXIT_USAGE

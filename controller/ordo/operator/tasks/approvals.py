@@ -1,0 +1,308 @@
+"""Human approval of tool calls in the operator (issue 16 §3).
+
+A run that stops for approvals (engine/approvals.py) ends `AwaitingApproval`: the runner
+writes the checkpoint (it holds the arguments; never status), the Task's condition
+`AwaitingApproval=True` naming call ids and tools, `status.pendingApprovals` (ids, tools,
+deadlines), an Event; it releases its lease and concurrency slot, and the Task stays `Running`.
+
+`ApprovalGate.wait` holds the Task's scheduler job, with no slot, until every pending call has
+a valid decision (a ToolApproval in the watch-fed cache) or its deadline passed (or does not
+parse: only the checkpoint knows it then, `deadline_unreadable`); then the scheduler resumes
+the Task from its checkpoint, and the run's decider (`decider`) finds the same ToolApprovals. State lives in objects only, so a restarted operator waits (or resumes)
+the same way.
+
+A ToolApproval is valid for a call when it names the Task and the call id and was created no
+earlier than the Task (a leftover approval of a deleted Task of the same name does not
+count); `acceptance` gives every ToolApproval its `Accepted` condition. A ToolApproval's
+`spec.reason` is never read here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from ... import timestamps
+from ...api import TERMINAL_PHASES
+from ...api.toolapproval import ToolApproval
+from ...engine.approvals import (
+    REJECTED,
+    TIMED_OUT,
+    ApprovalDecider,
+    ApprovalDecision,
+    PendingApproval,
+    awaiting_message,
+    settle,
+)
+from ...engine.state import RunState
+from ...runtime.store import ObjectStore
+from .conditions import set_condition
+
+log = logging.getLogger("ordo.operator")
+CONDITION = "AwaitingApproval"
+KIND = "ToolApproval"
+
+
+def rfc3339(epoch: float) -> str:
+    return timestamps.format_seconds(epoch)
+
+
+def epoch(value: Any) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp, or None (ordo/timestamps.py: never local time)."""
+    return timestamps.epoch(value)
+
+
+# -- the Task side ----------------------------------------------------------------------
+
+
+def awaiting(body: dict[str, Any]) -> bool:
+    """The Task's condition `AwaitingApproval` is True."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == CONDITION:
+            return bool(c.get("status") == "True")
+    return False
+
+
+def pending_of(body: dict[str, Any]) -> list[PendingApproval]:
+    """The calls a Task waits for, from its status (ids, tools, deadlines; no arguments)."""
+    if not awaiting(body):
+        return []
+    out = []
+    for p in (body.get("status") or {}).get("pendingApprovals") or []:
+        deadline = epoch(p.get("deadline"))
+        requested = epoch(p.get("requestedAt")) or 0.0
+        out.append(
+            PendingApproval(
+                str(p.get("callId", "")),
+                str(p.get("tool", "")),
+                int(p.get("step") or 1),
+                requested,
+                math.inf if deadline is None else deadline,
+            )
+        )
+    return out
+
+
+def deadline_unreadable(body: dict[str, Any]) -> bool:
+    """A waiting call's `status.pendingApprovals[].deadline` is there but is not an RFC 3339
+    timestamp with a zone (hand-edited, or restored by a tool that rewrote it). The checkpoint
+    holds the real deadline: the Task must resume so that the run settles the call against it
+    (or stops again and writes a readable one), instead of waiting for a time nobody knows."""
+    if not awaiting(body):
+        return False
+    return any(
+        isinstance(p, dict) and p.get("deadline") is not None and epoch(p["deadline"]) is None
+        for p in (body.get("status") or {}).get("pendingApprovals") or []
+    )
+
+
+def awaiting_fields(state: RunState, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The status fields of a Task whose run stopped for approvals."""
+    return {
+        "pendingApprovals": [
+            {
+                "callId": p.call_id,
+                "tool": p.tool,
+                "step": max(p.step, 1),
+                "requestedAt": rfc3339(p.requested_at),
+                # rounded up: the gate must never see a call time out before the run does
+                **({} if math.isinf(p.deadline) else {"deadline": rfc3339(math.ceil(p.deadline))}),
+            }
+            for p in list(state.approvals.values())[:64]
+        ],
+        "conditions": set_condition(
+            conditions, CONDITION, "True", CONDITION, awaiting_message(state)
+        ),
+    }
+
+
+def resumed_fields(conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The status fields of a Task resumed after waiting (the decisions are in toolCalls)."""
+    return {
+        "pendingApprovals": [],
+        "conditions": set_condition(
+            conditions, CONDITION, "False", "Resumed", "the waiting tool calls were decided"
+        ),
+    }
+
+
+def decisions_for(
+    approvals: Sequence[dict[str, Any]], task: dict[str, Any], call_id: str
+) -> list[ApprovalDecision]:
+    """The valid decisions on one call of `task`, oldest first."""
+    meta = task.get("metadata") or {}
+    born = epoch(meta.get("creationTimestamp")) or 0.0
+    out: list[tuple[float, ApprovalDecision]] = []
+    for body in approvals:
+        spec = body.get("spec") or {}
+        if spec.get("taskRef") != meta.get("name") or spec.get("callId") != call_id:
+            continue
+        created = epoch((body.get("metadata") or {}).get("creationTimestamp"))
+        if created is None or created < born:
+            continue  # made before this Task existed: not for it
+        try:
+            approval = ToolApproval.model_validate(body)
+        except ValidationError:
+            continue
+        out.append((created, ApprovalDecision(approval.spec.decision, approval.name, created)))
+    return [d for _, d in sorted(out, key=lambda x: x[0])]
+
+
+def ready(
+    task: dict[str, Any], approvals: Sequence[dict[str, Any]], now: float
+) -> tuple[bool, float | None]:
+    """Whether every call the Task waits for is settled (decided or timed out), and if not,
+    when the next one times out (None: never). A deadline that does not parse settles at
+    once: the run then decides against the checkpoint's deadline (`deadline_unreadable`)."""
+    if deadline_unreadable(task):
+        return True, None
+    waiting = [
+        p
+        for p in pending_of(task)
+        if settle(p, decisions_for(approvals, task, p.call_id), now)[0] == "waiting"
+    ]
+    deadlines = [p.deadline for p in waiting if not math.isinf(p.deadline)]
+    return not waiting, (min(deadlines) if deadlines else None)
+
+
+def decider(store: ObjectStore, task: dict[str, Any]) -> ApprovalDecider:
+    """The run's decider: the ToolApprovals of the Task's namespace, through `store` (the
+    watch-fed cache in the operator)."""
+    namespace = (task.get("metadata") or {}).get("namespace", "default")
+
+    async def decide(pending: PendingApproval, _: dict[str, Any]) -> Sequence[ApprovalDecision]:
+        return decisions_for(await store.list(KIND, namespace), task, pending.call_id)
+
+    return decide
+
+
+# -- the ToolApproval side ----------------------------------------------------------------
+
+
+def acceptance(approval: dict[str, Any], task: dict[str, Any] | None) -> tuple[str, str, str]:
+    """(status, reason, message) of a ToolApproval's `Accepted` condition."""
+    spec = approval.get("spec") or {}
+    task_name, call_id = spec.get("taskRef", ""), spec.get("callId", "")
+    if task is None:
+        return "False", "TaskNotFound", f"no Task {task_name!r} in this namespace"
+    born = epoch((task.get("metadata") or {}).get("creationTimestamp")) or 0.0
+    created = epoch((approval.get("metadata") or {}).get("creationTimestamp")) or 0.0
+    if created < born:
+        return "False", "UnknownCall", f"created before Task {task_name!r} existed"
+    status = task.get("status") or {}
+    name = (approval.get("metadata") or {}).get("name", "")
+    for record in status.get("toolCalls") or []:
+        if record.get("callId") != call_id:
+            continue
+        reason = str(record.get("reason") or "")
+        if reason.endswith(f": {name}") and reason.startswith(("Approved", REJECTED)):
+            return "True", "Applied", f"the call was decided by this {KIND}"
+        if reason.startswith(("Approved", REJECTED, TIMED_OUT)):
+            return "False", "CallSettled", "the call was already decided (or timed out)"
+    if status.get("phase") in TERMINAL_PHASES:
+        return "False", "TaskFinished", f"Task {task_name!r} has finished"
+    waiting = next((p for p in pending_of(task) if p.call_id == call_id), None)
+    if waiting is not None:
+        if not decisions_for([approval], task, call_id):  # as the run will see it
+            return "False", "UnknownCall", f"not a valid decision on a call of {task_name!r}"
+        if created > waiting.deadline:
+            return "False", "CallSettled", "made after the call's deadline: it timed out"
+        return "True", "Pending", "the Task resumes once all its waiting calls are decided"
+    return "False", "UnknownCall", f"Task {task_name!r} does not wait for call {call_id!r}"
+
+
+class ApprovalGate:
+    """Holds the scheduler job of a Task that waits for approvals (no slot, no lease) until
+    every waiting call is settled. `waiting` (Task → its job's wake event) sizes the gauge
+    `ordo_tasks_awaiting_approval`."""
+
+    def __init__(self, client: Any, cache: Any, metrics: Any) -> None:
+        self.client = client
+        self.cache = cache
+        self.metrics = metrics
+        self.waiting: dict[tuple[str, str], asyncio.Event] = {}
+
+    def _gauge(self) -> None:
+        self.metrics.awaiting_approval.set(len(self.waiting))
+
+    async def _approvals(self, namespace: str) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return list(self.cache.list(KIND, namespace))
+        return list(await self.client.list(KIND, namespace))
+
+    async def wait(
+        self, namespace: str, name: str, wake: asyncio.Event, cancel: asyncio.Event
+    ) -> None:
+        """Return when the Task does not wait for approvals (any more), every waiting call is
+        settled, or a cancel request arrives (the run then ends `Cancelled`)."""
+        key = (namespace, name)
+        try:
+            while not cancel.is_set():
+                body = await self.client.get("Task", namespace, name)
+                if body is None or not awaiting(body):
+                    return
+                settled, wake_at = ready(body, await self._approvals(namespace), time.time())
+                if settled:
+                    if deadline_unreadable(body):
+                        log.warning(
+                            "a waiting tool call's deadline in status does not parse; resuming "
+                            "the task to settle it against its checkpoint"
+                        )
+                    return
+                if key not in self.waiting:
+                    self.waiting[key] = wake
+                    self._gauge()
+                    log.info("task waits for tool-call approvals")
+                wake.clear()
+                timeout = None if wake_at is None else max(0.0, wake_at - time.time()) + 0.2
+                waiter = asyncio.ensure_future(wake.wait())
+                stopper = asyncio.ensure_future(cancel.wait())
+                try:
+                    await asyncio.wait(
+                        {waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    waiter.cancel()
+                    stopper.cancel()
+        finally:
+            if self.waiting.pop(key, None) is not None:
+                self._gauge()
+
+    async def observe(self, body: dict[str, Any], event_type: str | None) -> None:
+        """A ToolApproval changed: once the cache has it, wake the Task's job, then write the
+        ToolApproval's `Accepted` condition if it changed."""
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        if event_type == "DELETED" or not name:
+            return
+        if self.cache is not None and meta.get("resourceVersion"):
+            await self.cache.wait_caught_up(KIND, namespace, str(meta["resourceVersion"]))
+        task_name = (body.get("spec") or {}).get("taskRef", "")
+        wake = self.waiting.get((namespace, task_name))
+        if wake is not None:
+            wake.set()
+        await self.accept(body)
+
+    async def accept(self, body: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        task = await self.client.get("Task", namespace, (body.get("spec") or {}).get("taskRef", ""))
+        status, reason, message = acceptance(body, task)
+        current = (body.get("status") or {}).get("conditions") or []
+        known = next((c for c in current if c.get("type") == "Accepted"), None)
+        if known is not None and (known.get("status"), known.get("reason")) == (status, reason):
+            return
+        fields: dict[str, Any] = {
+            "conditions": set_condition(
+                current, "Accepted", status, reason, message, meta.get("generation")
+            )
+        }
+        if meta.get("generation") is not None:
+            fields["observedGeneration"] = meta["generation"]
+        await self.client.patch(KIND, namespace, name, {"status": fields}, status=True)

@@ -1,0 +1,110 @@
+"""A bounded wait for references, for GitOps: tools apply objects in any order, so a Task may
+arrive a moment before its Agent, ModelEndpoint, Tool, Memory or Secret. Such a Task stays
+`Pending` (condition `Ready=False`, reason `WaitingForReferences`, naming what is missing, and
+one Event), is looked at again every few seconds, and fails with the `*NotFound` reason only
+once its grace period has passed. Nothing is claimed and no model is called meanwhile.
+
+The grace period is the operator's `--reference-grace` (default 60 s), or per Task the
+annotation `ordo.dev/reference-grace` (a duration; `0s` fails at once, as before).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ... import timestamps
+from ...api import Task, parse_duration
+from ...errors import ResolutionError
+from ...runtime import resolve
+from ...runtime.store import ObjectStore
+from ..kube.client import KubeClient
+from .conditions import set_condition
+from .recorder import EventRecorder
+
+GRACE_ANNOTATION = "ordo.dev/reference-grace"
+DEFAULT_GRACE_SECONDS = 60.0
+RECHECK_SECONDS = 3.0
+WAITABLE = frozenset(
+    {"AgentNotFound", "ModelEndpointNotFound", "ToolNotFound", "SecretNotFound", "MemoryNotFound"}
+)
+
+
+class WaitForReferences(Exception):
+    """The Task's references are not all there yet: look again after `delay` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"waiting {delay:g}s for references")
+        self.delay = delay
+
+
+def grace_seconds(body: dict[str, Any], default: float) -> float:
+    """The Task's grace period: its annotation if it parses, else the operator default."""
+    value = ((body.get("metadata") or {}).get("annotations") or {}).get(GRACE_ANNOTATION)
+    if isinstance(value, str):
+        try:
+            return max(0.0, parse_duration(value))
+        except ValueError:
+            return default
+    return default
+
+
+def age_seconds(body: dict[str, Any], now: float | None = None) -> float:
+    created = (body.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    at = timestamps.epoch(created)
+    if at is None:
+        return 0.0
+    return max(0.0, (now if now is not None else time.time()) - at)
+
+
+class ReferenceWait:
+    def __init__(
+        self, client: KubeClient, store: ObjectStore, recorder: EventRecorder, grace: float
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.recorder = recorder
+        self.grace = grace
+
+    async def check(
+        self, task: Task, body: dict[str, Any], store: ObjectStore | None = None
+    ) -> None:
+        """Return when the Task may be claimed: every reference resolves, resolution fails for
+        a reason that waiting cannot fix, or the grace period is over (the run then fails
+        with the `*NotFound` reason). Raise WaitForReferences otherwise."""
+        grace = grace_seconds(body, self.grace)
+        if grace <= 0:
+            return
+        try:
+            await resolve(task, store or self.store)
+            return
+        except ResolutionError as exc:
+            if exc.reason not in WAITABLE:
+                return
+            missing = exc.message
+        left = grace - age_seconds(body)
+        if left <= 0:
+            return
+        await self._mark(body, missing, grace)
+        raise WaitForReferences(min(RECHECK_SECONDS, left))
+
+    async def _mark(self, body: dict[str, Any], missing: str, grace: float) -> None:
+        status = body.get("status") or {}
+        message = f"{missing}; waiting up to {grace:g}s from creation for it to appear"
+        before = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        if before is not None and before.get("message") == message[:1024]:
+            return  # already shown; no second write, no second Event
+        conditions = set_condition(
+            status.get("conditions"), "Ready", "False", "WaitingForReferences", message
+        )
+        meta = body["metadata"]
+        await self.client.patch(
+            "Task",
+            meta["namespace"],
+            meta["name"],
+            {"status": {"phase": "Pending", "conditions": conditions}},
+            status=True,
+        )
+        await self.recorder.post(body, "WaitingForReferences", message[:1024], warning=True)

@@ -1,0 +1,242 @@
+"""Runs one claimed Task through `ordo.runtime.execute`, adding only what is Kubernetes-
+specific: the execution lease (renewed while the run lasts; losing it stops the run before
+any further side effect), the checkpoint (resume from it; a Task that made progress but has
+no checkpoint ends `Interrupted`, never starts over), and the status/Event writers. The
+checkpoint and progress writes are coalesced (coalesce.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from ... import timestamps
+from ...api import Task
+from ...errors import Interrupted
+from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
+from ...runtime import status as status_mod
+from ...runtime.store import ObjectStore
+from ..telemetry import logs
+from ..telemetry.metrics import Metrics
+from . import approvals
+from .checkpoint import CheckpointDeleter, CheckpointStore
+from .claim import Claim
+from .coalesce import FLUSH_SECONDS, RunWrites
+from .writer import ProgressWriter, TaskWriter, log_events
+
+log = logging.getLogger("ordo.operator")
+
+
+def parse_time(value: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp, or None (ordo/timestamps.py)."""
+    return timestamps.epoch(value)
+
+
+class RunAbandoned(Exception):
+    """The run stopped without writing an outcome because this execution no longer owns the
+    Task (its lease was lost or another execution claimed it). The scheduler tries the Task
+    again: it waits for any other holder's lease, then resumes from the checkpoint, or finds
+    the Task finished."""
+
+
+class Runner:
+    def __init__(
+        self,
+        writer: TaskWriter,
+        store: ObjectStore,
+        metrics: Metrics,
+        model_factory: ModelFactory,
+        *,
+        keep_checkpoints: bool = False,
+        flush_seconds: float = FLUSH_SECONDS,
+        approval_timeout: float | None = None,
+        reaper: CheckpointDeleter | None = None,
+    ) -> None:
+        self.writer = writer
+        self.reaper = reaper
+        """Deletes finished Tasks' checkpoints in batches (reaper.py); None: one by one."""
+        self.store = store
+        self.metrics = metrics
+        self.model_factory = model_factory
+        self.keep_checkpoints = keep_checkpoints
+        self.flush_seconds = flush_seconds
+        """How long a finished step may stay unwritten (coalesce.py); 0 writes every step."""
+        self.approval_timeout = approval_timeout
+        """Default seconds a tool call waits for a human decision (--approval-timeout)."""
+        self.left_waiting: set[str] = set()
+        """Uids of Tasks whose run stopped for approvals (the scheduler then waits for them)."""
+
+    async def run(
+        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore | None = None
+    ) -> None:
+        """Run the claimed Task to its end while renewing the lease; write the outcome unless
+        another execution took the Task over. `store` (default: the runner's) resolves it."""
+        logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
+        current = asyncio.current_task()
+
+        lease_lost = False
+
+        def lost() -> None:
+            nonlocal lease_lost
+            log.warning("execution lease lost; stopping this run")
+            lease_lost = True
+            if current is not None:
+                current.cancel()
+
+        renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
+        ended = False
+        try:
+            ended = await self._run(claim, task, cancel, store or self.store)
+        except asyncio.CancelledError:
+            # Our own cancel (lease lost) becomes RunAbandoned; any other cancel propagates.
+            if lease_lost and current is not None and current.uncancel() == 0:
+                raise RunAbandoned("the execution lease was lost") from None
+            raise
+        finally:
+            renewer.cancel()
+            # A renewal in flight must not land after the conditional delete.
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            # A Task that ended is taken over by nobody: no write to release its lease.
+            await claim.lease.release(write=not ended)
+
+    async def _run(
+        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore
+    ) -> bool:
+        """True once the Task's terminal status is written."""
+        started = time.monotonic()
+        body, execution_id = claim.body, claim.execution_id
+        status = body.get("status") or {}
+        checkpoints = CheckpointStore(self.writer.client, body, execution_id)
+        writes: RunWrites | None = None
+
+        async def prepare(snapshot: Snapshot) -> Prepared:
+            nonlocal writes
+            checkpoints.snapshot_hash = snapshot.content_hash
+            state = None
+            if claim.resuming:
+                state = await self._resume_state(
+                    checkpoints, snapshot, int(status.get("step") or 0)
+                )
+                if approvals.awaiting(body):  # the waiting calls were decided (or timed out)
+                    fields = approvals.resumed_fields(status.get("conditions"))
+                    await self.writer.client.patch_status_fenced(
+                        "Task", task.namespace, task.name, execution_id, fields
+                    )
+                    body.setdefault("status", {}).update(fields)
+            await self.writer.recorder.post(
+                body,
+                "Resumed" if claim.resuming else "Started",
+                f"execution {execution_id} "
+                + (f"resumed at step {state.step}" if state else "started")
+                + f" (agent {task.spec.agent_ref}, maxSteps {snapshot.max_steps})",
+            )
+            run_metrics = self.metrics.listener(
+                task.namespace,
+                task.spec.agent_ref,
+                snapshot.endpoint.spec.provider,
+                snapshot.endpoint.spec.effective_model(),
+            )
+            progress = ProgressWriter(self.writer, body, snapshot, execution_id)
+            # The lease is checked after each checkpoint written before a non-idempotent tool
+            # call, so a run that lost its lease never starts one.
+            writes = RunWrites(
+                checkpoints, progress.write, lease=claim.lease, flush_seconds=self.flush_seconds
+            )
+            return Prepared(
+                state,
+                [writes, progress, run_metrics, log_events],
+                approval_decider=approvals.decider(store, body),
+                approval_timeout=self.approval_timeout,
+            )
+
+        try:
+            outcome: TaskOutcome = await execute(
+                task,
+                store,
+                prepare=prepare,
+                cancel=cancel,
+                model_factory=self.model_factory,
+                started_at=parse_time(status.get("startedAt")),
+            )
+        except BaseException:
+            if writes is not None:  # stopped (shutdown): keep the last finished step
+                await writes.close(flush=True)
+            raise
+        if writes is not None:  # no flush may land after the terminal write
+            await writes.close()
+        if outcome.abandoned:
+            log.warning(
+                "this execution no longer owns the Task (lease lost or another execution "
+                "claimed it); it stops without writing its outcome"
+            )
+            raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
+        if outcome.awaiting and outcome.result is not None:
+            await self._await_approval(body, outcome, checkpoints, execution_id)
+            return False
+        if self.keep_checkpoints and outcome.result is not None:
+            # Kept for debugging and replay: the final state of every Task, also of a run so
+            # fast that coalescing never wrote a checkpoint (coalesce.py).
+            try:
+                await checkpoints.save(outcome.result.state)
+            except Exception as exc:
+                log.warning(
+                    "final checkpoint (--keep-checkpoints) could not be written",
+                    extra={"ordo": {"errorType": type(exc).__name__}},
+                )
+        await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
+        if not self.keep_checkpoints and checkpoints.touched:
+            if self.reaper is not None and checkpoints.release_to(self.reaper):
+                return True
+            try:
+                await checkpoints.delete()
+            except Exception:
+                log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
+        return True
+
+    async def _await_approval(
+        self,
+        body: dict[str, Any],
+        outcome: TaskOutcome,
+        checkpoints: CheckpointStore,
+        execution_id: str,
+    ) -> None:
+        """The run stopped for approvals: checkpoint (the arguments stay there), then the
+        condition, the pending calls (ids and tools) and the progress in status, an Event.
+        The lease and the slot are released by the caller; the Task stays Running."""
+        assert outcome.result is not None
+        state = outcome.result.state
+        await checkpoints.save(state)
+        meta = body["metadata"]
+        status = body.get("status") or {}
+        fields = status_mod.to_patch(status_mod.progress(state))
+        fields.update(approvals.awaiting_fields(state, status.get("conditions")))
+        await self.writer.client.patch_status_fenced(
+            "Task", meta["namespace"], meta["name"], execution_id, fields
+        )
+        await self.writer.recorder.post(body, approvals.CONDITION, outcome.message)
+        log.info(
+            "run stopped to wait for tool-call approvals",
+            extra={"ordo": {"calls": len(state.approvals)}},
+        )
+        self.left_waiting.add(meta["uid"])
+
+    @staticmethod
+    async def _resume_state(checkpoints: CheckpointStore, snapshot: Snapshot, step: int) -> Any:
+        loaded = await checkpoints.load()
+        if loaded is None:
+            if step > 0:
+                raise Interrupted(
+                    f"the run made {step} model call(s) before it was interrupted and its "
+                    "checkpoint is gone; not started over (a tool with side effects may have run)"
+                )
+            return None
+        state, annotations = loaded
+        recorded = annotations.get("ordo.dev/snapshot-hash")
+        if recorded and not snapshot.same_content(recorded):  # old checkpoints: old formula
+            raise Interrupted(
+                "the Agent or its references changed while the Task was interrupted; not resumed"
+            )
+        return state
