@@ -143,10 +143,15 @@ async def execute(
     cancel: asyncio.Event | None = None,
     model_factory: ModelFactory = default_model_factory,
     started_at: float | None = None,
+    snapshot: Snapshot | None = None,
 ) -> TaskOutcome:
     """Resolve and run one Task to a terminal outcome. Never raises but for cancellation of
     the calling task. `started_at` (epoch seconds) anchors the deadline; default now. The run
-    is one invoke_agent span (runtime/tracing.py), whose trace the outcome names."""
+    is one invoke_agent span (runtime/tracing.py), whose trace the outcome names.
+
+    `snapshot`: the Task already resolved by the caller (the operator's scheduler resolves
+    once for its GitOps pre-check, operator/tasks/references.py); the run uses it as is and
+    does not read the Task's references again. None: resolve here."""
     anchor = started_at if started_at is not None else time.time()
     with tracing.run_span(task) as run:
 
@@ -156,7 +161,9 @@ async def execute(
                 prepared, listeners=[*prepared.listeners, *run.listeners(snapshot)]
             )
 
-        outcome = await _execute(task, store, listeners, traced, cancel, model_factory, anchor)
+        outcome = await _execute(
+            task, store, listeners, traced, cancel, model_factory, anchor, snapshot
+        )
         run.finish(outcome)
     return dataclasses.replace(outcome, trace_id=run.ids.trace_id)
 
@@ -169,10 +176,11 @@ async def _execute(
     cancel: asyncio.Event | None,
     model_factory: ModelFactory,
     anchor: float,
+    snapshot: Snapshot | None,
 ) -> TaskOutcome:
-    snapshot: Snapshot | None = None
     try:
-        snapshot = await resolve(task, store)
+        if snapshot is None:
+            snapshot = await resolve(task, store)
         return await _run(snapshot, listeners, prepare, cancel, model_factory, anchor)
     except asyncio.CancelledError:
         raise
