@@ -1,5 +1,6 @@
-"""Subcommands that need the engine or the operator (`run`, `operator`), registered lazily so
-`ordo validate` and `ordo crds` stay fast."""
+"""The `ordo` subcommands that need the engine or the operator (`ordo run`, `ordo invoke`,
+`ordo approvals` / `approve` / `reject`, `ordo operator`, `ordo run-task`), registered here and
+imported lazily so `ordo validate` and `ordo crds` stay fast."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The `ordo` command: run agents from manifests, run the operator, generate and check CRDs."""
+"""The `ordo` command (and `kubectl-ordo`): its parser and entry point `main`, with `ordo crds`
+(generate and check CRDs) and `ordo validate`; the heavier subcommands come from `commands`."""
 
 from __future__ import annotations
 
