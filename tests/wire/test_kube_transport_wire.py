@@ -308,7 +308,7 @@ async def test_watch_lines_split_across_chunks_blank_lines_and_utf8_are_read_who
     """Watch events are split on newlines as bytes (no text decoding first): an event cut
     across chunks, even inside a multi-byte character, is read whole; blank lines are
     skipped; a line past the bound ends the watch with a clear error, not unbounded memory."""
-    from ordo.operator.kube import client as kube_mod
+    from ordo.operator.kube import watchlines
 
     first = '{"type":"ADDED","object":{"name":"caf\u00e9"}}\n'.encode()
     cut = first.index(b"\xa9")  # inside the two bytes of the e-acute
@@ -332,7 +332,7 @@ async def test_watch_lines_split_across_chunks_blank_lines_and_utf8_are_read_who
             {"type": "ADDED", "object": {"name": "caf\u00e9"}},
             {"type": "MODIFIED", "object": {"n": 2}},
         ]
-        monkeypatch.setattr(kube_mod, "MAX_WATCH_EVENT_BYTES", 10)
+        monkeypatch.setattr(watchlines, "MAX_WATCH_EVENT_BYTES", 10)
         with pytest.raises(ApiError, match="larger than the bound"):
             _ = [e async for e in client.watch("Task", "ns", "1")]
     finally:

@@ -2,49 +2,40 @@
 
 The operator needs a handful of verbs on a handful of resources; httpx keeps them explicit.
 httpx builds each request and parses its response; requests go straight to the transport
-(`KubeClient._exchange`, not through `httpx.AsyncClient`), and the bytes go over aiohttp
-(`kubetransport`: about half the CPU of httpcore). Errors carry the status code and the
-API's reason, never request bodies.
+(`session.Session`, not through `httpx.AsyncClient`), and the bytes go over aiohttp
+(`kube/transport`: about half the CPU of httpcore). Errors carry the status code and the
+API's reason, never request bodies. Paths are in `kube/paths`, watch lines in
+`kube/watchlines`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import builtins
 import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
-import kopf
 
-from ...api import GROUP, KINDS, VERSION
-from .auth import login, ssl_context
+from ...api import GROUP, VERSION
+from .auth import login
 from .errors import ApiError, Fenced, patch_test_failed, response_error, transport_error
-from .transport import AiohttpTransport
+from .paths import collection_path, path, pointer_token
+from .session import RETRY_ATTEMPTS, Session
+from .watchlines import events
 
 __all__ = [
+    "RETRY_ATTEMPTS",
     "ApiError",
     "Fenced",
+    "JsonPatch",
     "KubeClient",
     "collection_path",
     "login",
     "patch_test_failed",
     "path",
+    "pointer_token",
 ]
-
-RETRY_ATTEMPTS = 5
-"""Attempts of a request that is safe to repeat (reads, idempotent writes)."""
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Event": "events", "Pod": "pods"}
-# Transport errors raised before any byte of the request reached the server: repeating the
-# request cannot apply it twice, whatever the verb.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-
-REQUEST_TIMEOUT = httpx.Timeout(30.0)
-"""Connect, read and pool timeout of every request (a watch sets its own read timeout)."""
-_TIMEOUT_EXTENSION = REQUEST_TIMEOUT.as_dict()
 
 METADATA_LIST_ACCEPT = (
     "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
@@ -55,48 +46,7 @@ JsonPatch = list[dict[str, Any]]
 """RFC 6902 operations."""
 
 
-MAX_WATCH_EVENT_BYTES = 32 * 1024 * 1024
-"""Longest watch event line (an object is at most about 1.5 MiB in etcd)."""
-
-
-async def _lines(response: httpx.Response) -> AsyncGenerator[bytearray, None]:
-    """The non-empty lines of a watch stream, as bytes: no decoding to text first, which
-    was a fifth of what every watch event cost (`json.loads` reads UTF-8 bytes itself)."""
-    pending = bytearray()
-    async for chunk in response.aiter_bytes():
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
-            line = pending[start:end]
-            if line.strip():
-                yield line
-            start = end + 1
-        del pending[:start]
-        if len(pending) > MAX_WATCH_EVENT_BYTES:
-            raise ApiError(200, "InvalidResponse", "watch event larger than the bound")
-    if pending.strip():
-        yield pending
-
-
-def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
-    if kind in KINDS:
-        base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{KINDS[kind].plural}"
-    elif kind == "Lease":
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    elif kind == "Job":
-        base = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    elif kind in CORE:
-        base = f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
-    else:
-        raise ValueError(f"unknown kind {kind!r}")
-    if name:
-        base += f"/{name}"
-    if subresource:
-        base += f"/{subresource}"
-    return base
-
-
-class KubeClient:
+class KubeClient(Session):
     """Async client for the verbs ordo uses. Re-logs in once on 401 (rotated tokens).
 
     Every failure surfaces as `ApiError` (see `ApiError.transient`), or `Fenced` from the
@@ -106,131 +56,6 @@ class KubeClient:
     when it certainly was not applied (429, or the connection was never established); after
     any other transient failure it may or may not have been applied, and the caller decides.
     """
-
-    def __init__(
-        self,
-        info: kopf.ConnectionInfo,
-        *,
-        relogin: Callable[[], kopf.ConnectionInfo] | None = None,
-        max_connections: int = 64,
-        wrap_transport: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport]
-        | None = None,
-        backoff: float = 0.2,
-    ) -> None:
-        """`wrap_transport` wraps the real HTTP transport (tests inject faults with it);
-        `backoff` is the first delay between attempts (doubling, at most 5 s)."""
-        self._relogin = relogin
-        self._backoff = backoff
-        self._max_connections = max_connections
-        self._wrap_transport = wrap_transport
-        self.requests: dict[str, int] = {}
-        """Requests by verb (get, list, patch, patch-status, create, replace, delete); a
-        retried request counts once."""
-        self.on_request: Callable[[str], None] | None = None
-        """Called with the verb of every request (the operator counts them in a metric)."""
-        self._client = self._build(info)
-
-    def _build(self, info: kopf.ConnectionInfo) -> httpx.AsyncClient:
-        """The client for watches; requests go to its transport directly (`_send`)."""
-        self._keep: list[Any] = []
-        headers = {"Accept": "application/json", "User-Agent": "ordo-operator"}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-        elif info.username and info.password:
-            pair = f"{info.username}:{info.password}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
-        transport: httpx.AsyncBaseTransport = AiohttpTransport(
-            ssl_context(info, self._keep), limit=self._max_connections
-        )
-        if self._wrap_transport is not None:
-            transport = self._wrap_transport(transport)
-        self._transport = transport
-        self._base = str(info.server or "").rstrip("/")
-        self._headers = headers
-        return httpx.AsyncClient(
-            base_url=info.server,
-            headers=headers,
-            transport=transport,
-            timeout=REQUEST_TIMEOUT,
-        )
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    async def _exchange(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: dict[str, str] | None = None,
-        json: Any = None,
-        content: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> httpx.Response:
-        """One request, read to the end, straight through the transport: what
-        `httpx.AsyncClient.request` adds (URL merging, auth flow, redirects, a cookie jar,
-        event hooks) is a third of a request's CPU, and the API client needs none of it."""
-        request = httpx.Request(
-            method,
-            self._base + url,
-            params=params,
-            json=json,
-            content=content,
-            headers={**self._headers, **headers} if headers else self._headers,
-            extensions={"timeout": _TIMEOUT_EXTENSION},
-        )
-        response = await self._transport.handle_async_request(request)
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
-
-    async def _send(
-        self, method: str, url: str, *, idempotent: bool, **kwargs: Any
-    ) -> httpx.Response:
-        """Send, retrying what is safe to retry (see the class docstring)."""
-        delay = self._backoff
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            last = attempt == RETRY_ATTEMPTS
-            try:
-                response = await self._exchange(method, url, **kwargs)
-            except httpx.HTTPError as exc:
-                retry = isinstance(exc, _NOT_SENT) or (
-                    idempotent and isinstance(exc, httpx.TransportError)
-                )
-                if last or not retry:
-                    raise transport_error(exc) from None
-            else:
-                status = response.status_code
-                if last or not (status == 429 or (idempotent and status in RETRY_STATUSES)):
-                    return response
-                retry_after = response.headers.get("Retry-After", "")
-                if retry_after.isdigit():
-                    delay = min(float(retry_after), 10.0)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")
-
-    async def _request(
-        self, verb: str, method: str, url: str, *, idempotent: bool, **kwargs: Any
-    ) -> Any:
-        self.requests[verb] = self.requests.get(verb, 0) + 1
-        if self.on_request is not None:
-            self.on_request(verb)
-        response = await self._send(method, url, idempotent=idempotent, **kwargs)
-        if response.status_code == 401 and self._relogin is not None:
-            await self._client.aclose()
-            self._client = self._build(self._relogin())
-            response = await self._send(method, url, idempotent=idempotent, **kwargs)
-        if response.status_code >= 400:
-            raise response_error(response)
-        if not response.content:
-            return None
-        try:
-            return response.json()
-        except ValueError:
-            raise ApiError(response.status_code, "InvalidResponse", "non-JSON body") from None
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist."""
@@ -451,13 +276,8 @@ class KubeClient:
                     raise response_error(response)
                 if on_open is not None:
                     on_open()
-                async for line in _lines(response):
-                    try:
-                        event = json.loads(line)
-                    except ValueError:
-                        raise ApiError(200, "InvalidResponse", "non-JSON watch event") from None
-                    if isinstance(event, dict):
-                        yield event
+                async for event in events(response):
+                    yield event
         except httpx.HTTPError as exc:
             raise transport_error(exc) from None
         except ApiError as exc:
@@ -474,15 +294,3 @@ class KubeClient:
     async def version(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("get", "GET", "/version", idempotent=True)
         return result
-
-
-def collection_path(kind: str, namespace: str | None) -> str:
-    """The collection of an ordo `kind` in `namespace`, or across all namespaces (None)."""
-    if namespace is not None:
-        return path(kind, namespace)
-    return f"/apis/{GROUP}/{VERSION}/{KINDS[kind].plural}"
-
-
-def pointer_token(key: str) -> str:
-    """`key` escaped as one JSON Pointer token (RFC 6901: `~` → `~0`, `/` → `~1`)."""
-    return key.replace("~", "~0").replace("/", "~1")
