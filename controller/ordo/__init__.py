@@ -34,9 +34,10 @@ from .api import (
 from .api.manifests import ManifestSet
 from .api.manifests import load as load_manifests
 from .api.task import REASONS, Reason
+from .api.usage import Usage
 from .cli.local import ManifestStore
 from .engine.model import ModelClient, ModelRequest, ModelResponse
-from .engine.transcript import ToolCall, Usage
+from .engine.transcript import ToolCall
 from .errors import OrdoError
 from .providers.mock import MockModelClient
 from .runtime import ObjectStore, TaskOutcome, execute

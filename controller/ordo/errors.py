@@ -1,7 +1,8 @@
 """One exception tree for everything a run can end in.
 
 Every error ordo raises on purpose derives from `OrdoError`, whose `reason` is a documented
-Task reason (docs/reasons.md). SDK, httpx and Kubernetes errors are mapped to these at the
+Task reason (docs/reasons.md, the vocabulary in `ordo.reasons`: errors import no api module,
+so the api can raise these). SDK, httpx and Kubernetes errors are mapped to these at the
 edge (the provider, the tool executor, the kube client), so the code that ends a run never
 parses a reason out of a message. Messages never carry secrets, prompts, tool arguments or
 results.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .api.task import Reason
+from .reasons import Reason
 
 
 class OrdoError(Exception):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import re2  # type: ignore[import-untyped]
 from jsonschema.exceptions import ValidationError
 
-if TYPE_CHECKING:
-    from ..errors import InvalidSchema
+from ..errors import InvalidSchema
 
 MAX_PATTERN_CHARS = 1_000
 """Longest `pattern` / `patternProperties` regex."""
@@ -28,9 +27,6 @@ _RE2_OPTIONS.log_errors = False  # RE2 would print the pattern on stderr
 
 
 def invalid_schema(message: str) -> InvalidSchema:
-    # Imported here: ordo.errors imports ordo.api.task, so a module-level import would cycle.
-    from ..errors import InvalidSchema
-
     return InvalidSchema(message)
 
 

@@ -16,6 +16,7 @@ import referencing
 import referencing.jsonschema
 from jsonschema.exceptions import ValidationError
 
+from ..errors import InvalidSchema, UntrustedInputTooLarge
 from . import jsonschema_fuel as fuel
 from .jsonschema_keywords import FALSE_KEYWORD, validator_class, weights
 from .jsonschema_re2 import compile_pattern, invalid_schema
@@ -80,8 +81,6 @@ class SchemaValidator:
     def errors(self, instance: Any, *, cap: int = fuel.MAX_FUEL) -> list[ValidationError]:
         """The validation errors within a budget of at most `cap` units (`MAX_FUEL`, the
         event loop's share, unless the caller runs this off the loop)."""
-        from ..errors import InvalidSchema, UntrustedInputTooLarge
-
         limit = self.budget(instance, cap)
         allowed = MAX_PATTERN_WORK_ON_LOOP if cap <= fuel.MAX_FUEL else MAX_PATTERN_WORK
         if self._pattern_work(instance, allowed) > allowed:

@@ -6,6 +6,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+# The reasons, phases and usage of a Task have homes of their own (ordo/reasons.py, phases.py,
+# usage.py); importing them from here keeps working.
+from ..reasons import REASONS as REASONS
+from ..reasons import Reason as Reason
 from .base import (
     CelRule,
     Condition,
@@ -18,42 +22,11 @@ from .base import (
 )
 from .guardrail import MAX_GUARDRAIL_RECORDS, GuardrailRecord
 from .jsonschemas import user_schema
-
-Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
-TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
-
-Reason = Literal[
-    "Succeeded",
-    "AgentNotFound",
-    "ModelEndpointNotFound",
-    "ToolNotFound",
-    "SecretNotFound",
-    "MemoryNotFound",
-    "InvalidSpec",
-    "ModelNotAllowed",
-    "ToolDenied",
-    "MaxStepsExceeded",
-    "Timeout",
-    "TokenBudgetExceeded",
-    "InvalidOutput",
-    "ModelError",
-    "ModelUnavailable",
-    "ToolError",
-    "Interrupted",
-    "Cancelled",
-    "DuplicateExecution",
-    "PolicyUnavailable",
-    "InternalError",
-    "PodFailed",
-    "ImageUnavailable",
-    "AgentSuspended",
-    "GuardrailMissing",
-    "GuardrailViolation",
-    "ApprovalRejected",
-    "ApprovalTimedOut",
-    "AwaitingApproval",
-]
-REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
+from .phases import TERMINAL_PHASES as TERMINAL_PHASES
+from .phases import Phase as Phase
+from .phases import RunPhase as RunPhase
+from .phases import TerminalPhase as TerminalPhase
+from .usage import Usage as Usage
 
 ToolDecision = Literal["allowed", "denied", "rejected"]
 ToolOutcome = Literal["succeeded", "error", "skipped", "interrupted"]
@@ -141,17 +114,6 @@ TASK_SPEC_IMMUTABLE = CelRule(
     "spec.ttlSecondsAfterFinished",
     check=None,
 )
-
-
-class Usage(OrdoModel):
-    """Tokens used by the run, summed over model calls."""
-
-    input_tokens: Annotated[int, Field(ge=0)] = 0
-    """Prompt tokens, as the provider reported them (estimated when it did not)."""
-    output_tokens: Annotated[int, Field(ge=0)] = 0
-    """Completion tokens."""
-    total_tokens: Annotated[int, Field(ge=0)] = 0
-    """Input plus output tokens; budgets (`maxTokens`, `maxTokensPerTask`) count this."""
 
 
 class ToolCallRecord(OrdoModel):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..api.usage import Usage as Usage  # one record for a call, a run and `status.usage`
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -95,32 +97,3 @@ def item_from_dict(d: dict[str, Any]) -> Item:
     if role == "tool":
         return ToolResult(d["callId"], d["name"], d["content"], bool(d.get("isError")))
     raise ValueError(f"unknown transcript role {role!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts of one model call (or, summed, of a run)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    estimated: bool = False
-    """True when the server reported no usage and the provider estimated it (characters / 4,
-    docs/providers.md); a sum is estimated if any part was. Budgets count estimates too."""
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.estimated or other.estimated,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "totalTokens": self.total_tokens,
-        }

@@ -10,23 +10,26 @@ when the API server refuses even that (a Task whose spec leaves little room)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, cast
 
 from ..api.guardrail import MAX_GUARDRAIL_RECORDS, GuardrailRecord
+from ..api.phases import TerminalPhase
 from ..api.task import (
     MAX_OUTPUT_CHARS,
+    MAX_PENDING_APPROVALS,
     MAX_TOOL_CALL_RECORDS,
-    Phase,
+    PendingApprovalStatus,
     Reason,
     TaskStatus,
     ToolCallRecord,
     ToolOutcome,
-    Usage,
 )
+from ..api.usage import Usage
 from ..engine.jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from ..engine.state import RunState
 from ..engine.state import ToolCallRecord as EngineRecord
-from ..engine.transcript import Usage as EngineUsage
+from ..timestamps import format_seconds
 
 MAX_MESSAGE_CHARS = 4096
 MAX_TOOL_NAME_CHARS = 128
@@ -68,14 +71,6 @@ def capped_name(name: str) -> str:
     return cap(name, MAX_TOOL_NAME_CHARS - 10) + f"-{digest}"
 
 
-def usage_model(usage: EngineUsage) -> Usage:
-    return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-    )
-
-
 def record_model(record: EngineRecord) -> ToolCallRecord:
     """The engine's record as the API's, every string within its CRD length."""
     return ToolCallRecord(
@@ -94,7 +89,7 @@ def progress(state: RunState) -> TaskStatus:
     records = state.records[-MAX_TOOL_CALL_RECORDS:]
     return TaskStatus(
         step=state.step,
-        usage=usage_model(state.usage),
+        usage=state.usage,
         tool_calls=[record_model(r) for r in records] if records else None,
         tool_calls_truncated=True if len(state.records) > MAX_TOOL_CALL_RECORDS else None,
         guardrails=guardrail_models(state),
@@ -117,8 +112,25 @@ def guardrail_models(state: RunState) -> list[GuardrailRecord] | None:
     ] or None
 
 
+def pending_approvals(state: RunState) -> list[PendingApprovalStatus]:
+    """The calls a stopped run waits for, as `status.pendingApprovals` (ids, tools, steps and
+    times, never arguments): the first `MAX_PENDING_APPROVALS`, timestamps in whole seconds,
+    the deadline rounded up (the gate must never see a call time out before the run does) and
+    absent when the call never times out."""
+    return [
+        PendingApprovalStatus(
+            call_id=cap(p.call_id, MAX_CALL_ID_CHARS),
+            tool=capped_name(p.tool),
+            step=max(p.step, 1),
+            requested_at=format_seconds(p.requested_at),
+            deadline=None if math.isinf(p.deadline) else format_seconds(math.ceil(p.deadline)),
+        )
+        for p in list(state.approvals.values())[:MAX_PENDING_APPROVALS]
+    ]
+
+
 def terminal(
-    phase: Phase,
+    phase: TerminalPhase,
     reason: Reason,
     message: str,
     *,
@@ -133,7 +145,7 @@ def terminal(
     if state is not None:
         fields = progress(state).model_dump(exclude_none=True)
     else:
-        fields = {"step": 0, "usage": Usage(input_tokens=0, output_tokens=0, total_tokens=0)}
+        fields = {"step": 0, "usage": Usage()}
     if output:
         fields["output"] = cap(output, MAX_OUTPUT_CHARS)
         if len(output) > MAX_OUTPUT_CHARS:
