@@ -51,7 +51,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     use, so inside the running loop): requests over one with at most `limit` connections,
     watches (`?watch=true`) over another without a limit, so that the long-lived watches
     (one per kind and namespace) never hold the request slots. `verify` is what
-    `kubeauth.ssl_context` returns (a context, or False)."""
+    `auth.ssl_context` returns (a context, or False)."""
 
     def __init__(self, verify: ssl.SSLContext | bool, *, limit: int) -> None:
         self._verify = verify

@@ -1,4 +1,4 @@
-"""The `Ready` verdict of a Guardrail (the readiness reconciler, readiness.py, evaluates it):
+"""The `Ready` verdict of a Guardrail (the readiness reconciler, reconciler.py, evaluates it):
 
 - pattern: every pattern compiles with RE2 (the API model already refuses one that does not,
   so an object that slipped past admission is `InvalidSpec`);

@@ -88,7 +88,7 @@ namespace)."""
 EVALUATORS["Agent"] = with_suspension(EVALUATORS["Agent"])
 DEPENDENTS["AgentPolicy"] = (*DEPENDENTS["AgentPolicy"], "Agent")
 
-# Guardrail (issue 16 §2): its verdict is in guardrail_verdicts.py; an Agent's verdict checks
+# Guardrail (issue 16 §2): its verdict is in guardrails.py; an Agent's verdict checks
 # that its guardrails exist, a model Guardrail's that its ModelEndpoint does.
 EVALUATORS["Guardrail"] = guardrail_verdict
 DEPENDENTS["Guardrail"] = ("Agent",)

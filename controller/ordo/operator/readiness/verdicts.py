@@ -1,5 +1,5 @@
 """The `Ready` verdict of each configuration kind, and the reachability probes behind them
-(readiness.py evaluates them on watch events and resyncs, and writes the status).
+(reconciler.py evaluates them on watch events and resyncs, and writes the status).
 
 - Agent: every referenced object exists, and its ModelEndpoint's Secret and key exist.
 - ModelEndpoint: its Secret and key exist.
