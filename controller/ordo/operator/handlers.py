@@ -14,11 +14,12 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
-from .jobmode.supervisor import COMPONENT, MANAGED_BY, JobSettings
+from . import settings as table
+from .jobmode.supervisor import COMPONENT, MANAGED_BY
 from .kube.cache import CachedStore, ObjectCache
 from .kube.client import KubeClient, login
 from .readiness.reconciler import ReadinessReconciler
-from .settings import SchedulerSettings
+from .settings import JobSettings, SchedulerSettings
 from .tasks.feed import TaskFeed
 from .tasks.retention import Retention
 from .tasks.scheduler import TaskScheduler
@@ -30,24 +31,25 @@ log = logging.getLogger("ordo.operator")
 
 @dataclass
 class OperatorConfig:
-    """Settings of one operator process (from `ordo operator` flags)."""
+    """Settings of one operator process (from `ordo operator` flags; defaults: the settings
+    table, operator/settings.py)."""
 
-    max_concurrent_tasks: int = 10
-    metrics_port: int | None = 8080
-    health_port: int | None = 8081
-    resync_seconds: float = 60.0
-    keep_checkpoints: bool = False
-    lease_seconds: float = 30.0
+    max_concurrent_tasks: int = table.MAX_CONCURRENT_TASKS.default
+    metrics_port: int | None = table.METRICS_PORT.default
+    health_port: int | None = table.HEALTH_PORT.default
+    resync_seconds: float = table.RESYNC_SECONDS.default
+    keep_checkpoints: bool = table.KEEP_CHECKPOINTS.default
+    lease_seconds: float = table.LEASE_SECONDS.default
     namespaces: list[str] = field(default_factory=list)
-    peering: str | None = None
-    default_execution_mode: ExecutionMode = "InProcess"
+    peering: str | None = table.PEERING.default
+    default_execution_mode: ExecutionMode = table.DEFAULT_EXECUTION_MODE.default
     job: JobSettings = field(default_factory=JobSettings)
-    job_poll_seconds: float = 10.0
-    job_cancel_grace_seconds: float = 30.0
-    reference_grace_seconds: float = 60.0
-    approval_timeout_seconds: float | None = None
-    """Default wait for a human decision on a tool call (None: 24h)."""
-    task_ttl_seconds: float | None = None
+    job_poll_seconds: float = table.JOB_POLL_SECONDS.default
+    job_cancel_grace_seconds: float = table.JOB_CANCEL_GRACE_SECONDS.default
+    reference_grace_seconds: float = table.REFERENCE_GRACE.default
+    approval_timeout_seconds: float | None = table.APPROVAL_TIMEOUT.default
+    """Default wait for a human decision on a tool call (None: the engine's, the same 24h)."""
+    task_ttl_seconds: float | None = table.TASK_TTL.default or None
     """Delete finished Tasks this long after they end unless they set their own
     spec.ttlSecondsAfterFinished; None (or 0) keeps them."""
 

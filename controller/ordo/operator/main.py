@@ -11,171 +11,15 @@ import signal
 from typing import Any
 
 from ..runtime import tracing
+from .flags import add_flags
+from .flags import parse_quantities as parse_quantities  # where `ordo operator` had it
+from .settings import RUN_TASK_SETTINGS, SETTINGS
 from .telemetry import logs
 
 
-def _duration_seconds(value: str) -> float:
-    from ..api import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument(
-        "--namespace", "-n", action="append", metavar="NS", help="watch this namespace (repeatable)"
-    )
-    scope.add_argument(
-        "--all-namespaces",
-        "-A",
-        action="store_true",
-        help="watch every namespace (the default without --namespace)",
-    )
-    parser.add_argument(
-        "--max-concurrent-tasks",
-        type=int,
-        default=10,
-        metavar="N",
-        help="Tasks executing at once (default 10); the rest wait Pending",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=8080,
-        metavar="P",
-        help="Prometheus /metrics port (default 8080; 0 disables)",
-    )
-    parser.add_argument(
-        "--health-port",
-        type=int,
-        default=8081,
-        metavar="P",
-        help="/healthz and /readyz port (default 8081; 0 disables)",
-    )
-    parser.add_argument(
-        "--peering",
-        metavar="NAME",
-        help="kopf peering object (ClusterKopfPeering, or KopfPeering per namespace): a guard "
-        "against a second operator on the same scope, whose equal-priority peers all pause "
-        "until one is left; not an active/standby pair (default: standalone, no peering)",
-    )
-    parser.add_argument(
-        "--keep-checkpoints",
-        action="store_true",
-        help="keep each Task's checkpoint ConfigMap after it ends",
-    )
-    parser.add_argument(
-        "--lease-seconds",
-        type=float,
-        default=30.0,
-        help="execution lease of a running Task (default 30): after a crash, another "
-        "process resumes the Task once the lease expires",
-    )
-    parser.add_argument(
-        "--resync-seconds",
-        type=float,
-        default=60.0,
-        help="re-check Ready conditions this often (default 60)",
-    )
-    parser.add_argument(
-        "--reference-grace",
-        type=_duration_seconds,
-        default=60.0,
-        metavar="DURATION",
-        help="how long a Task whose Agent, endpoint, Tool, Memory or Secret is missing waits "
-        "Pending for it to appear before it fails (GitOps applies in any order; default 60s; "
-        "0s fails at once; per Task: annotation ordo.dev/reference-grace)",
-    )
-    parser.add_argument(
-        "--approval-timeout",
-        type=_duration_seconds,
-        default=24 * 3600.0,
-        metavar="DURATION",
-        help="how long a tool call that needs a human approval waits for a ToolApproval before "
-        "it counts as rejected (ApprovalTimedOut), unless its Tool sets spec.approval.timeout "
-        "(default 24h)",
-    )
-    parser.add_argument(
-        "--task-ttl",
-        type=_duration_seconds,
-        default=0.0,
-        metavar="DURATION",
-        help="delete a finished Task (and what it owns) this long after it ended, unless it "
-        "sets spec.ttlSecondsAfterFinished (default 0s: keep finished Tasks)",
-    )
-    parser.add_argument(
-        "--default-execution-mode",
-        choices=("InProcess", "Job"),
-        default="InProcess",
-        help="where Tasks run whose Agent sets no spec.execution.mode: in this process "
-        "(default), or one batch/v1 Job per Task",
-    )
-    jobs = parser.add_argument_group("Job mode (one batch/v1 Job per Task)")
-    jobs.add_argument(
-        "--job-image",
-        default="",
-        metavar="IMAGE",
-        help="image of the Job pods: this operator's own image (required for Job mode)",
-    )
-    jobs.add_argument(
-        "--job-service-account",
-        default="ordo-runner",
-        metavar="NAME",
-        help="ServiceAccount of the Job pods in each Task's namespace (default ordo-runner)",
-    )
-    jobs.add_argument(
-        "--job-image-pull-policy",
-        choices=("Always", "IfNotPresent", "Never"),
-        default="IfNotPresent",
-    )
-    jobs.add_argument(
-        "--job-requests",
-        default="cpu=100m,memory=128Mi",
-        metavar="cpu=Q,memory=Q",
-        help="default resource requests of a Job pod (an Agent's spec.execution.resources wins)",
-    )
-    jobs.add_argument(
-        "--job-limits",
-        default="memory=512Mi",
-        metavar="cpu=Q,memory=Q",
-        help="default resource limits of a Job pod",
-    )
-    jobs.add_argument(
-        "--job-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an extra environment variable of the Job pods (repeatable)",
-    )
-    jobs.add_argument("--job-backoff-limit", type=int, default=3, metavar="N")
-    jobs.add_argument("--job-ttl-seconds", type=int, default=600, metavar="S")
-    jobs.add_argument(
-        "--job-deadline-grace-seconds",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="added to the run's timeout (and one lease) for the Job's activeDeadlineSeconds",
-    )
-    jobs.add_argument(
-        "--job-image-pull-grace-seconds",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="a Job pod that cannot pull its image this long ends the Task ImageUnavailable",
-    )
-    jobs.add_argument(
-        "--job-cancel-grace-seconds",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="a cancelled Job-mode run may take this long to stop by itself before its Job "
-        "is deleted",
-    )
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    parser.add_argument("--log-level", default="INFO")
+    """The flags of `ordo operator`, from the settings table (operator/settings.py)."""
+    add_flags(parser, SETTINGS)
 
 
 def add_run_task_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,15 +28,11 @@ def add_run_task_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--execution-id", required=True, help="the claim this Job runs (status.executionId)"
     )
-    parser.add_argument(
-        "--lease-seconds", type=float, default=30.0, help="execution lease duration (default 30)"
-    )
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
-    parser.add_argument("--log-level", default="INFO")
+    add_flags(parser, RUN_TASK_SETTINGS)
 
 
 def run_task(args: argparse.Namespace) -> int:
-    """`ordo run-task`: the process of a Job-mode pod (operator/jobrunner.py)."""
+    """`ordo run-task`: the process of a Job-mode pod (operator/jobmode/podrunner.py)."""
     from .jobmode.podrunner import run_task as run
 
     logs.configure(args.log_format, args.log_level.upper())
@@ -203,17 +43,6 @@ def run_task(args: argparse.Namespace) -> int:
         return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
     finally:
         tracing.shutdown()
-
-
-def parse_quantities(value: str) -> dict[str, str]:
-    """`cpu=100m,memory=128Mi` as a resource map (empty string: none)."""
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in value.split(","))):
-        key, sep, amount = part.partition("=")
-        if not sep or key not in ("cpu", "memory") or not amount:
-            raise ValueError(f"expected cpu=QUANTITY or memory=QUANTITY, got {part!r}")
-        out[key] = amount
-    return out
 
 
 PRELOADED = (
@@ -258,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from . import handlers
-    from .jobmode.supervisor import JobSettings
+    from .settings import JobSettings
 
     logs.configure(args.log_format, args.log_level.upper())
     if problem := tracing.configure_or_explain("ordo-operator"):

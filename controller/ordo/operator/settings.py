@@ -1,31 +1,375 @@
-"""The operator's settings: what `ordo operator` flags set, with their defaults."""
+"""The operator's settings in one table: for each its name, type, default, unit, the
+`ordo operator` flag, the chart value that sets it and its help text (rows: `flags.Setting`).
+
+`ordo operator`'s and `ordo run-task`'s flags are generated from `SETTINGS` (operator/main.py),
+the settings objects below take their defaults from it, the flags table of
+docs/operations.md is generated from it (operator/settingsdoc.py) and the chart is checked
+against it (tests/unit/test_settings_table.py). A default is written here once, nowhere else.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..api.agent import ExecutionMode
-from .jobmode.spec import JobSettings
-from .tasks.references import DEFAULT_GRACE_SECONDS
+from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
+from .flags import Setting, duration_seconds, parse_quantities
+
+# -- the table -------------------------------------------------------------------------------
+
+NAMESPACE = Setting[list[str] | None](
+    "namespace",
+    "--namespace",
+    None,
+    "watch this namespace (repeatable)",
+    metavar="NS",
+    action="append",
+    section="scope",
+    aliases=("-n",),
+    chart=("watchNamespaces",),
+    chart_renders="`watchNamespaces` (or each shard's `namespaces`); none: `--all-namespaces`",
+)
+ALL_NAMESPACES = Setting[bool](
+    "all_namespaces",
+    "--all-namespaces",
+    False,
+    "watch every namespace (the default without --namespace)",
+    action="store_true",
+    section="scope",
+    aliases=("-A",),
+    chart=("watchNamespaces",),
+    chart_renders="passed when `watchNamespaces` and `shards` are empty",
+)
+MAX_CONCURRENT_TASKS = Setting[int](
+    "max_concurrent_tasks",
+    "--max-concurrent-tasks",
+    10,
+    "Tasks executing at once; the rest wait Pending",
+    type=int,
+    metavar="N",
+    chart=("operator.maxConcurrentTasks",),
+)
+METRICS_PORT = Setting[int](
+    "metrics_port",
+    "--metrics-port",
+    8080,
+    "Prometheus /metrics port (0 disables)",
+    type=int,
+    metavar="P",
+    chart=("ports.metrics",),
+)
+HEALTH_PORT = Setting[int](
+    "health_port",
+    "--health-port",
+    8081,
+    "/healthz and /readyz port (0 disables)",
+    type=int,
+    metavar="P",
+    chart=("ports.health",),
+)
+PEERING = Setting[str | None](
+    "peering",
+    "--peering",
+    None,
+    "kopf peering object (ClusterKopfPeering, or KopfPeering per namespace): a guard "
+    "against a second operator on the same scope, whose equal-priority peers all pause "
+    "until one is left; not an active/standby pair (default: standalone, no peering)",
+    metavar="NAME",
+    chart=("peering.name",),
+    chart_renders="off; with `peering.enabled`, `peering.name` or the release's full name",
+)
+KEEP_CHECKPOINTS = Setting[bool](
+    "keep_checkpoints",
+    "--keep-checkpoints",
+    False,
+    "keep each Task's checkpoint ConfigMap after it ends",
+    action="store_true",
+    chart=("operator.keepCheckpoints",),
+)
+LEASE_SECONDS = Setting[float](
+    "lease_seconds",
+    "--lease-seconds",
+    30.0,
+    "execution lease of a running Task: after a crash, another process resumes the Task "
+    "once the lease expires",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    chart=("operator.leaseSeconds",),
+)
+RESYNC_SECONDS = Setting[float](
+    "resync_seconds",
+    "--resync-seconds",
+    60.0,
+    "re-check Ready conditions this often",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    chart=("operator.resyncSeconds",),
+)
+REFERENCE_GRACE = Setting[float](
+    "reference_grace",
+    "--reference-grace",
+    60.0,
+    "how long a Task whose Agent, endpoint, Tool, Memory or Secret is missing waits "
+    "Pending for it to appear before it fails (GitOps applies in any order; 0s fails at "
+    "once; per Task: annotation ordo.dev/reference-grace)",
+    type=duration_seconds,
+    unit="duration",
+    metavar="DURATION",
+)
+APPROVAL_TIMEOUT = Setting[float](
+    "approval_timeout",
+    "--approval-timeout",
+    DEFAULT_TIMEOUT_SECONDS,
+    "how long a tool call that needs a human approval waits for a ToolApproval before "
+    "it counts as rejected (ApprovalTimedOut), unless its Tool sets spec.approval.timeout",
+    type=duration_seconds,
+    unit="duration",
+    metavar="DURATION",
+)
+TASK_TTL = Setting[float](
+    "task_ttl",
+    "--task-ttl",
+    0.0,
+    "delete a finished Task (and what it owns) this long after it ended, unless it "
+    "sets spec.ttlSecondsAfterFinished; 0s keeps finished Tasks",
+    type=duration_seconds,
+    unit="duration",
+    metavar="DURATION",
+    chart=("operator.taskTtlSeconds",),
+)
+DEFAULT_EXECUTION_MODE = Setting[ExecutionMode](
+    "default_execution_mode",
+    "--default-execution-mode",
+    "InProcess",
+    "where Tasks run whose Agent sets no spec.execution.mode: in this process "
+    "(InProcess), or one batch/v1 Job per Task (Job)",
+    choices=("InProcess", "Job"),
+    chart=("jobs.defaultMode",),
+)
+JOB_IMAGE = Setting[str](
+    "job_image",
+    "--job-image",
+    "",
+    "image of the Job pods: this operator's own image (required for Job mode)",
+    metavar="IMAGE",
+    section="jobs",
+    chart=("jobs.image.repository", "image.repository"),
+    chart_renders="`jobs.image` (tag or digest), else the operator's own image (`image`)",
+)
+JOB_SERVICE_ACCOUNT = Setting[str](
+    "job_service_account",
+    "--job-service-account",
+    "ordo-runner",
+    "ServiceAccount of the Job pods in each Task's namespace",
+    metavar="NAME",
+    section="jobs",
+    chart=("jobs.serviceAccountName",),
+)
+JOB_IMAGE_PULL_POLICY = Setting[str](
+    "job_image_pull_policy",
+    "--job-image-pull-policy",
+    "IfNotPresent",
+    "imagePullPolicy of the Job pods",
+    choices=("Always", "IfNotPresent", "Never"),
+    section="jobs",
+    chart=("jobs.image.pullPolicy", "image.pullPolicy"),
+)
+JOB_REQUESTS = Setting[str](
+    "job_requests",
+    "--job-requests",
+    "cpu=100m,memory=128Mi",
+    "default resource requests of a Job pod (an Agent's spec.execution.resources wins)",
+    unit="quantities",
+    metavar="cpu=Q,memory=Q",
+    section="jobs",
+    chart=("jobs.resources.requests",),
+)
+JOB_LIMITS = Setting[str](
+    "job_limits",
+    "--job-limits",
+    "memory=512Mi",
+    "default resource limits of a Job pod",
+    unit="quantities",
+    metavar="cpu=Q,memory=Q",
+    section="jobs",
+    chart=("jobs.resources.limits",),
+)
+JOB_ENV = Setting[tuple[str, ...]](
+    "job_env",
+    "--job-env",
+    (),
+    "an extra environment variable of the Job pods (repeatable)",
+    metavar="NAME=VALUE",
+    action="append",
+    section="jobs",
+    chart=("jobs.env",),
+)
+JOB_BACKOFF_LIMIT = Setting[int](
+    "job_backoff_limit",
+    "--job-backoff-limit",
+    3,
+    "pod failures a Job tolerates before the Task ends PodFailed (its backoffLimit)",
+    type=int,
+    metavar="N",
+    section="jobs",
+    chart=("jobs.backoffLimit",),
+)
+JOB_TTL_SECONDS = Setting[int](
+    "job_ttl_seconds",
+    "--job-ttl-seconds",
+    600,
+    "how long a finished Job and its pod's log are kept (its ttlSecondsAfterFinished)",
+    type=int,
+    unit="seconds",
+    metavar="S",
+    section="jobs",
+    chart=("jobs.ttlSecondsAfterFinished",),
+)
+JOB_DEADLINE_GRACE_SECONDS = Setting[float](
+    "job_deadline_grace_seconds",
+    "--job-deadline-grace-seconds",
+    120.0,
+    "added to the run's timeout (and one lease) for the Job's activeDeadlineSeconds",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    section="jobs",
+)
+JOB_IMAGE_PULL_GRACE_SECONDS = Setting[float](
+    "job_image_pull_grace_seconds",
+    "--job-image-pull-grace-seconds",
+    120.0,
+    "a Job pod that cannot pull its image this long ends the Task ImageUnavailable",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    section="jobs",
+)
+JOB_CANCEL_GRACE_SECONDS = Setting[float](
+    "job_cancel_grace_seconds",
+    "--job-cancel-grace-seconds",
+    30.0,
+    "a cancelled Job-mode run may take this long to stop by itself before its Job is deleted",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    section="jobs",
+)
+JOB_POLL_SECONDS = Setting[float](
+    "job_poll_seconds",
+    None,
+    10.0,
+    "how often a supervised Job is re-read when no watch event arrives",
+    unit="seconds",
+    section="internal",
+)
+LOG_FORMAT = Setting[str](
+    "log_format",
+    "--log-format",
+    "json",
+    "log line format",
+    choices=("json", "text"),
+    chart=("operator.logFormat",),
+)
+LOG_LEVEL = Setting[str](
+    "log_level",
+    "--log-level",
+    "INFO",
+    "the lowest level logged (DEBUG, INFO, WARNING, ERROR)",
+    metavar="LEVEL",
+    chart=("operator.logLevel",),
+)
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    NAMESPACE,
+    ALL_NAMESPACES,
+    MAX_CONCURRENT_TASKS,
+    METRICS_PORT,
+    HEALTH_PORT,
+    PEERING,
+    KEEP_CHECKPOINTS,
+    LEASE_SECONDS,
+    RESYNC_SECONDS,
+    REFERENCE_GRACE,
+    APPROVAL_TIMEOUT,
+    TASK_TTL,
+    DEFAULT_EXECUTION_MODE,
+    JOB_IMAGE,
+    JOB_SERVICE_ACCOUNT,
+    JOB_IMAGE_PULL_POLICY,
+    JOB_REQUESTS,
+    JOB_LIMITS,
+    JOB_ENV,
+    JOB_BACKOFF_LIMIT,
+    JOB_TTL_SECONDS,
+    JOB_DEADLINE_GRACE_SECONDS,
+    JOB_IMAGE_PULL_GRACE_SECONDS,
+    JOB_CANCEL_GRACE_SECONDS,
+    JOB_POLL_SECONDS,
+    LOG_FORMAT,
+    LOG_LEVEL,
+)
+"""Every setting of `ordo operator`, in the order of its `--help`."""
+
+RUN_TASK_SETTINGS: tuple[Setting[Any], ...] = (LEASE_SECONDS, LOG_FORMAT, LOG_LEVEL)
+"""The operator's settings that `ordo run-task` (a Job pod) takes too: the Job's command
+passes the operator's values on."""
+
+
+# -- the settings objects, their defaults from the table -------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How the operator builds Job-mode pods (`ordo operator --job-*` flags, Helm values)."""
+
+    image: str = JOB_IMAGE.default
+    """The operator's own image (`--job-image`); required for Job mode."""
+    service_account: str = JOB_SERVICE_ACCOUNT.default
+    """The runner ServiceAccount of the Task's namespace (the chart creates one per watched
+    namespace): it reads that namespace's ordo objects and named Secrets only."""
+    image_pull_policy: str = JOB_IMAGE_PULL_POLICY.default
+    requests: Mapping[str, str] = field(
+        default_factory=lambda: parse_quantities(JOB_REQUESTS.default)
+    )
+    limits: Mapping[str, str] = field(default_factory=lambda: parse_quantities(JOB_LIMITS.default))
+    backoff_limit: int = JOB_BACKOFF_LIMIT.default
+    ttl_seconds_after_finished: int = JOB_TTL_SECONDS.default
+    deadline_grace_seconds: float = JOB_DEADLINE_GRACE_SECONDS.default
+    """Added to the run's remaining timeout (and one lease) for activeDeadlineSeconds."""
+    image_pull_grace_seconds: float = JOB_IMAGE_PULL_GRACE_SECONDS.default
+    """How long a pod may fail to pull its image before the Task ends `ImageUnavailable`."""
+    lease_seconds: float = LEASE_SECONDS.default
+    tmp_size_limit: str = "64Mi"
+    log_format: str = LOG_FORMAT.default
+    log_level: str = LOG_LEVEL.default
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment of the pod (`--job-env NAME=VALUE`: proxies, or where the API
+    server is when the `kubernetes` Service does not route)."""
 
 
 @dataclass
 class SchedulerSettings:
-    max_concurrent_tasks: int = 10
+    max_concurrent_tasks: int = MAX_CONCURRENT_TASKS.default
     """Tasks executing at once in this process; the rest wait Pending."""
-    keep_checkpoints: bool = False
+    keep_checkpoints: bool = KEEP_CHECKPOINTS.default
     """Keep the checkpoint ConfigMap after a Task ends (for debugging / replay)."""
-    lease_seconds: float = 30.0
+    lease_seconds: float = LEASE_SECONDS.default
     """Execution lease duration: how long after a crash another process may resume a Task."""
-    default_execution_mode: ExecutionMode = "InProcess"
+    default_execution_mode: ExecutionMode = DEFAULT_EXECUTION_MODE.default
     """Where Tasks run whose Agent names no `spec.execution.mode`."""
     job: JobSettings = field(default_factory=JobSettings)
     """How Job-mode pods are built (image, ServiceAccount, resources, deadlines)."""
-    job_poll_seconds: float = 5.0
+    job_poll_seconds: float = JOB_POLL_SECONDS.default
     """How often a supervised Job is re-read when no watch event arrives."""
-    job_cancel_grace_seconds: float = 30.0
+    job_cancel_grace_seconds: float = JOB_CANCEL_GRACE_SECONDS.default
     """How long a cancelled Job-mode run may take to stop by itself before its Job is deleted."""
-    reference_grace_seconds: float = DEFAULT_GRACE_SECONDS
+    reference_grace_seconds: float = REFERENCE_GRACE.default
     """How long a Task whose references are missing waits Pending before it fails."""
-    approval_timeout: float | None = None
-    """Seconds a tool call waits for a human decision (None: 24h; `--approval-timeout`)."""
+    approval_timeout: float | None = APPROVAL_TIMEOUT.default
+    """Seconds a tool call waits for a human decision (`--approval-timeout`; None: the
+    engine's default, the same 24h)."""

@@ -35,6 +35,7 @@ from ...errors import validation_problem
 from ...runtime import ModelFactory, TaskOutcome, default_model_factory
 from ..kube.client import ApiError, KubeClient, login
 from ..kube.store import KubeStore
+from ..settings import LEASE_SECONDS
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.claim import Claim
 from ..tasks.lease import ExecutionLease
@@ -67,7 +68,7 @@ class TaskRun:
         execution_id: str,
         *,
         holder: str,
-        lease_seconds: float = 30.0,
+        lease_seconds: float = LEASE_SECONDS.default,
         model_factory: ModelFactory = default_model_factory,
         cancel_poll_seconds: float = CANCEL_POLL_SECONDS,
     ) -> None:

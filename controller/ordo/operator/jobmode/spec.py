@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from ... import timestamps
 from ...api import parse_duration
 from ...api.agent import EXECUTION_MODES, ExecutionMode
+from ..settings import JobSettings as JobSettings  # its home before the settings table
 from ..tasks.ownership import owner_reference
 
 PREFIX = "ordo-task-"
@@ -58,33 +58,6 @@ def select_mode(
     execution = (agent.get("spec") or {}).get("execution") or {}
     mode = execution.get("mode") if isinstance(execution, Mapping) else None
     return mode if mode in EXECUTION_MODES else default
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """How the operator builds Job-mode pods (`ordo operator --job-*` flags, Helm values)."""
-
-    image: str = ""
-    """The operator's own image (`--job-image`); required for Job mode."""
-    service_account: str = "ordo-runner"
-    """The runner ServiceAccount of the Task's namespace (the chart creates one per watched
-    namespace): it reads that namespace's ordo objects and named Secrets only."""
-    image_pull_policy: str = "IfNotPresent"
-    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
-    limits: Mapping[str, str] = field(default_factory=lambda: {"memory": "512Mi"})
-    backoff_limit: int = 3
-    ttl_seconds_after_finished: int = 600
-    deadline_grace_seconds: float = 120.0
-    """Added to the run's remaining timeout (and one lease) for activeDeadlineSeconds."""
-    image_pull_grace_seconds: float = 120.0
-    """How long a pod may fail to pull its image before the Task ends `ImageUnavailable`."""
-    lease_seconds: float = 30.0
-    tmp_size_limit: str = "64Mi"
-    log_format: str = "json"
-    log_level: str = "INFO"
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Extra environment of the pod (`--job-env NAME=VALUE`: proxies, or where the API
-    server is when the `kubernetes` Service does not route)."""
 
 
 _SUFFIX = {
