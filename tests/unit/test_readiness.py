@@ -1,6 +1,6 @@
-"""Ready verdicts of the configuration kinds (operator/readiness.py) over an in-memory store;
-reachability probes against real local TCP servers. The reconciler itself (watch events,
-status patches, RBAC) is covered by tests/cluster/test_object_status.py."""
+"""Ready verdicts of the configuration kinds (operator/readiness/verdicts.py) over an
+in-memory store; reachability probes against real local TCP servers. The reconciler itself
+(watch events, status patches, RBAC) is covered by tests/cluster/test_object_status.py."""
 
 from __future__ import annotations
 

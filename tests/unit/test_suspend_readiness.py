@@ -1,5 +1,6 @@
 """A suspended Agent shows in `kubectl get agents` (issue 16 §1): the Agent's Ready verdict
-(operator/suspension.py, registered by operator/readiness.py) over an in-memory store."""
+(operator/readiness/suspension.py, registered by operator/readiness/reconciler.py) over an
+in-memory store."""
 
 from __future__ import annotations
 

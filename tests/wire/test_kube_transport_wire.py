@@ -1,4 +1,4 @@
-"""KubeClient over its aiohttp transport (operator/kubetransport.py) against real local
+"""KubeClient over its aiohttp transport (operator/kube/transport.py) against real local
 servers: which failures count as "never sent" (retried even for a create) and which may
 have been applied (not retried for a create), timeouts, streamed watches, TLS with the
 kubeconfig's CA, relogin on 401."""
