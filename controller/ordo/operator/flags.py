@@ -88,7 +88,7 @@ class Setting(Generic[T]):
             for key in ("type", "metavar", "choices"):
                 if (value := getattr(self, key)) is not None:
                     kwargs[key] = value
-        parser.add_argument(*self.aliases, self.flag, **kwargs)
+        parser.add_argument(self.flag, *self.aliases, **kwargs)
 
 
 JOB_GROUP = "Job mode (one batch/v1 Job per Task)"

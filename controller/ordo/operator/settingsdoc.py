@@ -36,7 +36,7 @@ def _chart(setting: Setting[Any]) -> str:
 
 
 def _flag(setting: Setting[Any]) -> str:
-    names = [*setting.aliases, setting.flag]
+    names = [setting.flag, *setting.aliases]
     value = f" {setting.metavar or setting.name.upper()}" if setting.action != "store_true" else ""
     if setting.choices:
         value = " " + "\\|".join(setting.choices)
