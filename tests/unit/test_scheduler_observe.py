@@ -15,7 +15,8 @@ import kopf
 import pytest
 
 from ordo.operator.kube.client import KubeClient
-from ordo.operator.tasks import scheduler as scheduler_mod
+from ordo.operator.tasks import process as process_mod
+from ordo.operator.tasks.decide import Graces
 from ordo.operator.tasks.scheduler import TaskScheduler
 from ordo.operator.tasks.writer import FINALIZER
 
@@ -80,18 +81,19 @@ async def test_a_task_running_under_another_live_lease_costs_no_job_and_no_reque
     for _ in range(5):  # progress writes and renewals of the other holder
         s.observe(running("replica-b", -1), "MODIFIED")
     await asyncio.sleep(0.05)
-    assert s._jobs == {} and api.requests == []
-    assert len(s._later) == 1  # one look-again timer, replaced by each event
+    assert api.requests == []  # the look again (test_decide) is a timer, not a job
     await s.shutdown()
-    assert s._later == {}
+    await asyncio.sleep(0.05)
+    assert api.requests == []
 
 
-async def test_an_expired_or_released_lease_starts_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_mod, "LEASE_EXPIRY_SLACK_SECONDS", 0.0)
+async def test_an_expired_or_released_lease_starts_a_job() -> None:
     api = Api()
     s = scheduler_for(api)
+    s.graces = Graces(s.settings.lease_seconds, slack=0.0)
     s.observe(running("replica-b", -29.9), "MODIFIED")  # expires in 0.1 s, no event after
-    assert s._jobs == {}
+    await asyncio.sleep(0.01)
+    assert api.requests == []
     await asyncio.sleep(0.3)
     # The look-again started a job, which read the Task (to claim it once the lease is free).
     assert [r.method for r in api.requests] == ["GET"]
@@ -100,27 +102,30 @@ async def test_an_expired_or_released_lease_starts_a_job(monkeypatch: pytest.Mon
     api = Api()
     s = scheduler_for(api)
     s.observe(running("replica-b", -1, duration=0), "MODIFIED")  # released
-    assert "u-1" in s._jobs
+    await asyncio.sleep(0.05)
+    assert [r.method for r in api.requests] == ["GET"]  # a job, at once
     await s.shutdown()
 
 
 async def test_our_own_lease_or_none_starts_a_job() -> None:
-    s = scheduler_for(Api())
-    s.observe(running(s.identity, -1), "MODIFIED")  # ours, but no job here: look at it
-    assert "u-1" in s._jobs
-    await s.shutdown()
-    s = scheduler_for(Api())
-    s.observe(task({"phase": "Running", "executionId": "e-old"}, [FINALIZER]), None)
-    assert "u-1" in s._jobs  # no lease in status (claimed by an older version)
-    await s.shutdown()
-
-
-async def test_a_finished_task_is_released_only_if_its_runner_did_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(scheduler_mod, "RELEASE_GRACE_SECONDS", 0.1)
     api = Api()
     s = scheduler_for(api)
+    s.observe(running(s.identity, -1), "MODIFIED")  # ours, but no job here: look at it
+    await asyncio.sleep(0.05)
+    assert [r.method for r in api.requests] == ["GET"]
+    await s.shutdown()
+    api = Api()
+    s = scheduler_for(api)
+    s.observe(task({"phase": "Running", "executionId": "e-old"}, [FINALIZER]), None)
+    await asyncio.sleep(0.05)
+    assert [r.method for r in api.requests] == ["GET"]  # no lease in status (older version)
+    await s.shutdown()
+
+
+async def test_a_finished_task_is_released_only_if_its_runner_did_not() -> None:
+    api = Api()
+    s = scheduler_for(api)
+    s.graces = Graces(s.settings.lease_seconds, release=0.1)
     done = task({"phase": "Succeeded", "executionId": "e-other"}, [FINALIZER])
     s.observe(done, "MODIFIED")
     # The runner removes the finalizer itself: its event cancels our look.
@@ -153,12 +158,12 @@ async def test_the_loser_of_a_reservation_stops_after_one_refused_write() -> Non
     assert [r.method for r in api.requests] == ["PATCH"]
     s.observe(task({}, [FINALIZER]), "MODIFIED")  # the winner's finalizer write
     await asyncio.sleep(0.1)
-    assert s._jobs == {} and [r.method for r in api.requests] == ["PATCH"]
+    assert [r.method for r in api.requests] == ["PATCH"]
     assert s.metrics.claims.labels("lost")._value.get() == 1
     # From now on the Task is the other process's: its events start nothing here.
     s.observe(task({"phase": "Pending"}, [FINALIZER]), "MODIFIED")
     await asyncio.sleep(0.05)
-    assert s._jobs == {} and len(s._later) == 1 and len(api.requests) == 1
+    assert len(api.requests) == 1
     await s.shutdown()
 
 
@@ -167,7 +172,8 @@ async def test_a_reservation_whose_events_stop_is_taken_over() -> None:
     s = scheduler_for(api)
     s.settings.lease_seconds = 0.1
     s.observe(task({"phase": "Pending"}, [FINALIZER]), None)  # e.g. the sweep after a crash
-    assert s._jobs == {}
+    await asyncio.sleep(0.01)
+    assert api.requests == []  # no job before the lease period
     await asyncio.sleep(0.3)
     assert api.requests  # a job looked at it (and found it gone: the API answers 404)
     await s.shutdown()
@@ -176,11 +182,13 @@ async def test_a_reservation_whose_events_stop_is_taken_over() -> None:
 async def test_a_task_running_in_a_job_is_supervised_even_under_its_pods_lease() -> None:
     """After an operator restart the Job of a running Job-mode Task needs a supervisor at
     once (pod failures, cancel, deadline), though its pod holds a live lease."""
-    s = scheduler_for(Api())
+    api = Api()
+    s = scheduler_for(api)
     body = running("ordo-task-u-1-abcde", -1)
     body["status"]["executionMode"] = "Job"
     s.observe(body, None)
-    assert "u-1" in s._jobs and s._later == {}
+    await asyncio.sleep(0.05)
+    assert [r.method for r in api.requests] == ["GET"]  # its job reads it at once
     await s.shutdown()
 
 
@@ -195,7 +203,6 @@ async def test_a_reservation_whose_answer_was_lost_is_looked_at_again() -> None:
     await asyncio.sleep(0.05)
     s.observe(task({}, [FINALIZER]), "MODIFIED")  # our own write, its answer lost
     await asyncio.sleep(0.05)
-    assert s._jobs == {} and len(s._later) == 1
     assert not any(r.url.path.endswith("/status") for r in api.requests)
     await asyncio.sleep(0.5)
     # Looked at again: a job went on with the reserved Task, up to its claim write.
@@ -215,12 +222,17 @@ def writes(api: Api) -> list[tuple[str, str]]:
     return [(r.method, r.url.path) for r in api.requests if r.method != "GET"]
 
 
+def pending(s: TaskScheduler) -> float:
+    """`ordo_tasks_pending`: jobs waiting for a slot."""
+    return float(s.metrics.pending._value.get())
+
+
 async def full_with_a_new_task(api: Api) -> TaskScheduler:
     """A process whose one slot is taken (a Task runs here), seeing a new Task t1."""
     s = scheduler_for(api)
     s.settings.max_concurrent_tasks = 1
-    s._capacity = asyncio.Semaphore(1)
-    await s._capacity.acquire()
+    s.capacity = asyncio.Semaphore(1)
+    await s.capacity.acquire()
     s.observe(task({}), "ADDED")
     return s
 
@@ -230,52 +242,50 @@ async def test_a_full_process_does_not_reserve_a_new_task(monkeypatch: pytest.Mo
     free slot (or this one, once a slot frees) takes it. Reserving while full let a small or
     busy replica hoard Tasks that a free one could have run (found by a 2-replica run with
     bounds 1 and 50: 58 s instead of about 6 s for 300 Tasks)."""
-    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
+    monkeypatch.setattr(process_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
     s = await full_with_a_new_task(api)
     await asyncio.sleep(0.1)
     # At most the WaitingForCapacity mark (a status write conditional on the
     # resourceVersion), never the finalizer: the Task is not reserved.
     assert all(path.endswith("/status") for _, path in writes(api)), writes(api)
-    assert "u-1" in s._jobs
+    assert pending(s) == 1  # its job waits for a slot
     # Another replica with a free slot reserves it: this job ends without a write.
     before = len(api.requests)
     s.observe(task({"phase": "Pending"}, [FINALIZER]), "MODIFIED")
     await asyncio.sleep(0.05)
-    assert s._jobs == {} and len(api.requests) == before
-    s._capacity.release()
+    assert pending(s) == 0 and len(api.requests) == before
+    s.capacity.release()
     await asyncio.sleep(0.05)
     assert len(api.requests) == before  # the freed slot does not go to the lost Task
     await s.shutdown()
 
 
 async def test_a_full_process_reserves_once_a_slot_frees(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
+    monkeypatch.setattr(process_mod, "WAITING_MARK_AFTER_SECONDS", 0.01)
     api = Api(patch=CONFLICT)
     s = await full_with_a_new_task(api)
     await asyncio.sleep(0.1)
     assert not any(not p.endswith("/status") for _, p in writes(api))
-    s._capacity.release()
+    s.capacity.release()
     await asyncio.sleep(0.05)
     # Now it reserves: the finalizer write (refused here: another process won).
     assert ("PATCH", "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1") in writes(api)
     await s.shutdown()
 
 
-async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment() -> None:
     """Replicas that have seen each other's leases split new Tasks by a stable hash of the
     Task's uid and the holders (rendezvous hashing): the preferred one reserves at once, the
     others only if it has not after a moment. So two replicas with free slots do not both
     write for every new Task."""
-    monkeypatch.setattr(scheduler_mod, "DEFER_TO_PREFERRED_SECONDS", 0.1)
     api = Api(patch=CONFLICT)
     s = scheduler_for(api)
+    s.graces = Graces(s.settings.lease_seconds, defer=0.1)
     s.observe(running("replica-b", -1), "MODIFIED")  # a peer, seen through its lease
     uids = [f"u-{i}" for i in range(2, 40)]
-    theirs = [u for u in uids if s._preferred(u) == "replica-b"]
-    mine = [u for u in uids if s._preferred(u) == s.identity]
+    theirs = [u for u in uids if s.preferred(u) == "replica-b"]
+    mine = [u for u in uids if s.preferred(u) == s.identity]
     assert theirs and mine  # the hash splits them
     s.observe(task_named(theirs[0], {}), "ADDED")
     s.observe(task_named(mine[0], {}), "ADDED")
@@ -283,7 +293,6 @@ async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment(
     assert [p for _, p in writes(api)] == [
         f"/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t-{mine[0]}"
     ]
-    assert theirs[0] not in s._jobs  # a timer, not a job
     # The peer reserves its Task: nothing more here.
     s.observe(task_named(theirs[0], {"phase": "Pending"}, [FINALIZER]), "MODIFIED")
     await asyncio.sleep(0.2)
@@ -301,12 +310,12 @@ async def test_a_short_wait_for_a_slot_is_not_written(monkeypatch: pytest.Monkey
     """A Task that gets a slot within the grace is never marked WaitingForCapacity (in a
     burst that would be one more write per queued Task), and the grace does not hold the
     slot back: a slot that frees during it is taken at once."""
-    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 10.0)
+    monkeypatch.setattr(process_mod, "WAITING_MARK_AFTER_SECONDS", 10.0)
     api = Api(patch=CONFLICT)
     s = await full_with_a_new_task(api)
     await asyncio.sleep(0.05)
     assert writes(api) == []
-    s._capacity.release()
+    s.capacity.release()
     await asyncio.sleep(0.05)
     # The reservation at once, and no mark (a status write) at all.
     assert writes(api) == [("PATCH", "/apis/ordo.dev/v1alpha1/namespaces/ns/tasks/t1")]
@@ -314,7 +323,7 @@ async def test_a_short_wait_for_a_slot_is_not_written(monkeypatch: pytest.Monkey
 
 
 async def test_a_long_wait_for_a_slot_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_mod, "WAITING_MARK_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(process_mod, "WAITING_MARK_AFTER_SECONDS", 0.05)
     api = Api(patch=CONFLICT)
     s = await full_with_a_new_task(api)
     await asyncio.sleep(0.2)
@@ -323,4 +332,15 @@ async def test_a_long_wait_for_a_slot_is_written_once(monkeypatch: pytest.Monkey
     sent = json.loads(marks[0].content)
     assert sent["metadata"]["resourceVersion"] == "5"  # conditional: a peer's write wins
     assert sent["status"]["conditions"][0]["reason"] == "WaitingForCapacity"
+    await s.shutdown()
+
+
+async def test_a_peer_not_seen_for_a_lease_period_gets_no_share_of_new_tasks() -> None:
+    s = scheduler_for(Api())
+    s.settings.lease_seconds = 0.1
+    s.observe(running("replica-b", -1), "MODIFIED")  # a peer, seen through its lease
+    uids = [f"u-{i}" for i in range(2, 40)]
+    assert any(s.preferred(u) == "replica-b" for u in uids)
+    await asyncio.sleep(0.15)  # its events stopped (the look again waits for its lease)
+    assert all(s.preferred(u) == s.identity for u in uids)
     await s.shutdown()

@@ -3,7 +3,12 @@ idempotencyKey, add the finalizer, and write the claim, which takes the executio
 the same status write (`status.lease`, lease.py). Every write is conditional
 (resourceVersion), so of two racing processes one claims and one backs off; a claim whose
 response was lost (a transport error after the write reached the server) is recognised by
-its executionId instead of being taken for someone else's."""
+its executionId instead of being taken for someone else's.
+
+The outcomes are values: `reserve` returns the Task to go on with, `Lost` or `NotSettled`;
+`claim` returns `Claimed`, `Lost`, `Held` or `NotSettled`. `NotSettled` (repeated conflicts or
+transient failures) is not a verdict on the Task: the job tries again with backoff, counted
+against its bound like a transient API failure."""
 
 from __future__ import annotations
 
@@ -26,6 +31,24 @@ CLAIM_ATTEMPTS = 5
 log = logging.getLogger("ordo.operator")
 
 
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Another process reserved, claimed or ended the Task first (or it is gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Another process holds a live execution lease on the Task."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotSettled:
+    """The write did not settle after CLAIM_ATTEMPTS conflicts or transient failures."""
+
+    what: str
+    """"reservation" or "claim"."""
+
+
 @dataclass(frozen=True)
 class Claim:
     body: dict[str, Any]
@@ -33,6 +56,16 @@ class Claim:
     execution_id: str
     lease: ExecutionLease
     resuming: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    claim: Claim
+
+
+Reserved = dict[str, Any] | Lost | NotSettled
+"""What `reserve` returns: the Task to go on with, or why not."""
+ClaimResult = Claimed | Lost | Held | NotSettled
 
 
 class Claimer:
@@ -79,12 +112,12 @@ class Claimer:
         self,
         body: dict[str, Any],
         fresher: Callable[[], Awaitable[dict[str, Any] | None]],
-    ) -> dict[str, Any] | None:
+    ) -> Reserved:
         """Add ordo's finalizer to a Pending Task before anything else is done for it,
         conditional on its resourceVersion: of several processes that see a new Task, the one
         whose write lands goes on, and the others stop after one refused request instead of
         checking references and racing for the claim. Returns the Task to go on with, or None
-        when another process reserved it first (or it is gone or no longer Pending).
+        `Lost` when another process reserved it first (or it is gone or no longer Pending).
 
         A reservation is not a claim: a Task that already has the finalizer is taken as it is
         (the scheduler looks at one reserved elsewhere only once its events stopped for a
@@ -98,21 +131,21 @@ class Claimer:
                 return await self._add_finalizer(meta)
             except ApiError as exc:
                 if exc.not_found:
-                    return None
+                    return Lost()
                 if not (exc.conflict or exc.transient):
                     raise
             fresh = await fresher()
             if fresh is None:
-                return None
+                return Lost()
             phase = (fresh.get("status") or {}).get("phase")
             if phase not in (None, "Pending") or FINALIZER in (
                 fresh["metadata"].get("finalizers") or []
             ):
                 log.info("another process reserved, claimed or ended the Task first")
                 self._outcome("lost")
-                return None
+                return Lost()
             body = fresh
-        raise ApiError(0, "ClaimNotSettled", "the reservation did not settle; trying again")
+        return NotSettled("reservation")
 
     async def _add_finalizer(self, meta: dict[str, Any]) -> dict[str, Any]:
         """Add ordo's finalizer, conditional on the resourceVersion of `meta`."""
@@ -150,10 +183,10 @@ class Claimer:
 
     async def claim(
         self, body: dict[str, Any], resuming: bool, mode: ExecutionMode | None = None
-    ) -> Claim | None:
+    ) -> ClaimResult:
         """Add the finalizer and write the claim, which takes the execution lease (and writes
-        `status.executionMode` = `mode`, when given): one status write. None if
-        another process claimed or ended the Task meanwhile, or holds a live lease on it."""
+        `status.executionMode` = `mode`, when given): one status write. `Lost` if another
+        process claimed or ended the Task meanwhile, `Held` if one holds a live lease on it."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         execution_id = uuid.uuid4().hex[:12]
@@ -170,11 +203,11 @@ class Claimer:
                 ):
                     log.info("another process claimed or ended the Task first")
                     self._outcome("lost")
-                    return None
+                    return Lost()
                 if held_elsewhere(body, self.identity) > 0:
                     log.info("another process holds the Task's execution lease")
                     self._outcome("held")
-                    return None
+                    return Held()
                 patch = self._claim_patch(body, execution_id, resuming, mode)
                 patch["status"]["lease"] = lease.fields()
                 # The earliest send of a claim write: one that failed may still have landed.
@@ -182,7 +215,7 @@ class Claimer:
                 body = await self.client.patch("Task", ns, name, patch, status=True)
                 lease.held_since(sent)
                 self._outcome("claimed")
-                return Claim(body, execution_id, lease, resuming)
+                return Claimed(Claim(body, execution_id, lease, resuming))
             except ApiError as exc:
                 if not (exc.conflict or exc.transient):
                     raise
@@ -191,21 +224,21 @@ class Claimer:
                 await asyncio.sleep(0.2)
                 fresh = await self.client.get("Task", ns, name)
                 if fresh is None:
-                    return None
+                    return Lost()
                 body, meta = fresh, fresh["metadata"]
                 if (fresh.get("status") or {}).get("executionId") == execution_id:
                     assert sent is not None  # only the claim write sets it
                     lease.held_since(sent)
                     self._outcome("claimed")
-                    return Claim(fresh, execution_id, lease, resuming)
+                    return Claimed(Claim(fresh, execution_id, lease, resuming))
                 if (fresh.get("status") or {}).get("phase") in TERMINAL_PHASES:
                     log.info("another process claimed or ended the Task first")
                     self._outcome("lost")
-                    return None
+                    return Lost()
         log.warning("could not claim the Task after repeated conflicts or API errors")
-        # Not a verdict on the Task: a transient failure, so the job tries again with backoff
-        # (returning None would leave the Task Pending until some other event arrives).
-        raise ApiError(0, "ClaimNotSettled", "the claim did not settle; trying again")
+        # Not a verdict on the Task: the job tries again with backoff (giving up here would
+        # leave the Task Pending until some other event arrives).
+        return NotSettled("claim")
 
     @staticmethod
     def _claim_patch(

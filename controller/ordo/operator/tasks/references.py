@@ -11,12 +11,13 @@ annotation `ordo.dev/reference-grace` (a duration; `0s` fails at once, as before
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ... import timestamps
 from ...api import Task, parse_duration
 from ...errors import ResolutionError
-from ...runtime import resolve
+from ...runtime import Snapshot, resolve
 from ...runtime.store import ObjectStore
 from ..kube.client import KubeClient
 from .conditions import set_condition
@@ -28,14 +29,6 @@ RECHECK_SECONDS = 3.0
 WAITABLE = frozenset(
     {"AgentNotFound", "ModelEndpointNotFound", "ToolNotFound", "SecretNotFound", "MemoryNotFound"}
 )
-
-
-class WaitForReferences(Exception):
-    """The Task's references are not all there yet: look again after `delay` seconds."""
-
-    def __init__(self, delay: float) -> None:
-        super().__init__(f"waiting {delay:g}s for references")
-        self.delay = delay
 
 
 def grace_seconds(body: dict[str, Any], default: float) -> float:
@@ -59,6 +52,20 @@ def age_seconds(body: dict[str, Any], now: float | None = None) -> float:
     return max(0.0, (now if now is not None else time.time()) - at)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The Task may be claimed; `snapshot` is its resolution when the check made one."""
+
+    snapshot: Snapshot | None
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """The Task's references are not all there yet: look again after `delay` seconds."""
+
+    delay: float
+
+
 class ReferenceWait:
     def __init__(
         self, client: KubeClient, store: ObjectStore, recorder: EventRecorder, grace: float
@@ -70,25 +77,25 @@ class ReferenceWait:
 
     async def check(
         self, task: Task, body: dict[str, Any], store: ObjectStore | None = None
-    ) -> None:
-        """Return when the Task may be claimed: every reference resolves, resolution fails for
-        a reason that waiting cannot fix, or the grace period is over (the run then fails
-        with the `*NotFound` reason). Raise WaitForReferences otherwise."""
+    ) -> Resolved | Missing:
+        """`Resolved` when the Task may be claimed: every reference resolves (the snapshot,
+        for the run to use as is), resolution fails for a reason that waiting cannot fix,
+        or the grace period is over (the run then fails with the `*NotFound` reason; no
+        snapshot: the run resolves again and ends with the reason). `Missing` otherwise."""
         grace = grace_seconds(body, self.grace)
         if grace <= 0:
-            return
+            return Resolved(None)
         try:
-            await resolve(task, store or self.store)
-            return
+            return Resolved(await resolve(task, store or self.store))
         except ResolutionError as exc:
             if exc.reason not in WAITABLE:
-                return
+                return Resolved(None)
             missing = exc.message
         left = grace - age_seconds(body)
         if left <= 0:
-            return
+            return Resolved(None)
         await self._mark(body, missing, grace)
-        raise WaitForReferences(min(RECHECK_SECONDS, left))
+        return Missing(min(RECHECK_SECONDS, left))
 
     async def _mark(self, body: dict[str, Any], missing: str, grace: float) -> None:
         status = body.get("status") or {}

@@ -2,7 +2,15 @@
 specific: the execution lease (renewed while the run lasts; losing it stops the run before
 any further side effect), the checkpoint (resume from it; a Task that made progress but has
 no checkpoint ends `Interrupted`, never starts over), and the status/Event writers. The
-checkpoint and progress writes are coalesced (coalesce.py)."""
+checkpoint and progress writes are coalesced (coalesce.py).
+
+A run ends in one of three values: `Finished` (the terminal status is written), `Parked`
+(stopped for tool-call approvals: checkpoint and status written, the Task stays Running,
+the scheduler waits for the decisions and resumes it) or `Abandoned` (this execution no
+longer owns the Task: its lease was lost, or another execution claimed it; nothing was
+written for the run). Lease loss is structured: the run and its lease renewer are sibling
+tasks, and the renewer's loss ends the run (cancelled at its next await, so it starts no
+further side effect and writes nothing)."""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ... import timestamps
@@ -34,11 +43,31 @@ def parse_time(value: str | None) -> float | None:
     return timestamps.epoch(value)
 
 
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The Task's terminal status is written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The run stopped for tool-call approvals; the Task stays Running (AwaitingApproval)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """Nothing was written for the run: this execution no longer owns the Task. The
+    scheduler looks at the Task again: it waits for any other holder's lease, then resumes
+    from the checkpoint, or finds the Task finished."""
+
+    why: str
+
+
+RunResult = Finished | Parked | Abandoned
+
+
 class RunAbandoned(Exception):
-    """The run stopped without writing an outcome because this execution no longer owns the
-    Task (its lease was lost or another execution claimed it). The scheduler tries the Task
-    again: it waits for any other holder's lease, then resumes from the checkpoint, or finds
-    the Task finished."""
+    """No longer raised (`Runner.run` returns `Abandoned`); kept while jobmode/podrunner.py
+    still names it in an `except` clause."""
 
 
 class Runner:
@@ -65,47 +94,56 @@ class Runner:
         """How long a finished step may stay unwritten (coalesce.py); 0 writes every step."""
         self.approval_timeout = approval_timeout
         """Default seconds a tool call waits for a human decision (--approval-timeout)."""
-        self.left_waiting: set[str] = set()
-        """Uids of Tasks whose run stopped for approvals (the scheduler then waits for them)."""
 
     async def run(
-        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore | None = None
-    ) -> None:
+        self,
+        claim: Claim,
+        task: Task,
+        cancel: asyncio.Event,
+        store: ObjectStore | None = None,
+        snapshot: Snapshot | None = None,
+    ) -> RunResult:
         """Run the claimed Task to its end while renewing the lease; write the outcome unless
-        another execution took the Task over. `store` (default: the runner's) resolves it."""
+        another execution took the Task over. `store` (default: the runner's) resolves it,
+        unless `snapshot` is the Task already resolved (the references pre-check's)."""
         logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
-        current = asyncio.current_task()
-
-        lease_lost = False
-
-        def lost() -> None:
-            nonlocal lease_lost
-            log.warning("execution lease lost; stopping this run")
-            lease_lost = True
-            if current is not None:
-                current.cancel()
-
-        renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost))
-        ended = False
+        lost = asyncio.Event()
+        renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost.set))
+        run = asyncio.create_task(self._run(claim, task, cancel, store or self.store, snapshot))
+        result: RunResult | None = None
         try:
-            ended = await self._run(claim, task, cancel, store or self.store)
-        except asyncio.CancelledError:
-            # Our own cancel (lease lost) becomes RunAbandoned; any other cancel propagates.
-            if lease_lost and current is not None and current.uncancel() == 0:
-                raise RunAbandoned("the execution lease was lost") from None
-            raise
+            await asyncio.wait({run, renewer}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done() and lost.is_set():
+                log.warning("execution lease lost; stopping this run")
+                run.cancel()
+                await asyncio.wait({run})  # a cancel of this task still propagates
+                if run.cancelled():
+                    result = Abandoned("the execution lease was lost")
+                else:  # it ended just before the cancel
+                    result = run.result()
+            else:
+                result = await run
+            return result
         finally:
+            if not run.done():  # this task was cancelled (shutdown): stop the run first
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
             renewer.cancel()
             # A renewal in flight must not land after the conditional delete.
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             # A Task that ended is taken over by nobody: no write to release its lease.
-            await claim.lease.release(write=not ended)
+            await claim.lease.release(write=not isinstance(result, Finished))
 
     async def _run(
-        self, claim: Claim, task: Task, cancel: asyncio.Event, store: ObjectStore
-    ) -> bool:
-        """True once the Task's terminal status is written."""
+        self,
+        claim: Claim,
+        task: Task,
+        cancel: asyncio.Event,
+        store: ObjectStore,
+        snapshot: Snapshot | None,
+    ) -> RunResult:
         started = time.monotonic()
         body, execution_id = claim.body, claim.execution_id
         status = body.get("status") or {}
@@ -160,6 +198,7 @@ class Runner:
                 cancel=cancel,
                 model_factory=self.model_factory,
                 started_at=parse_time(status.get("startedAt")),
+                snapshot=snapshot,
             )
         except BaseException:
             if writes is not None:  # stopped (shutdown): keep the last finished step
@@ -172,10 +211,10 @@ class Runner:
                 "this execution no longer owns the Task (lease lost or another execution "
                 "claimed it); it stops without writing its outcome"
             )
-            raise RunAbandoned("the run was abandoned: this execution no longer owns the Task")
+            return Abandoned("this execution no longer owns the Task")
         if outcome.awaiting and outcome.result is not None:
             await self._await_approval(body, outcome, checkpoints, execution_id)
-            return False
+            return Parked()
         if self.keep_checkpoints and outcome.result is not None:
             # Kept for debugging and replay: the final state of every Task, also of a run so
             # fast that coalescing never wrote a checkpoint (coalesce.py).
@@ -189,12 +228,12 @@ class Runner:
         await self.writer.finish(body, outcome, execution_id=execution_id, started=started)
         if not self.keep_checkpoints and checkpoints.touched:
             if self.reaper is not None and checkpoints.release_to(self.reaper):
-                return True
+                return Finished()
             try:
                 await checkpoints.delete()
             except Exception:
                 log.warning("checkpoint could not be deleted; the Task's deletion will remove it")
-        return True
+        return Finished()
 
     async def _await_approval(
         self,
@@ -221,7 +260,6 @@ class Runner:
             "run stopped to wait for tool-call approvals",
             extra={"ordo": {"calls": len(state.approvals)}},
         )
-        self.left_waiting.add(meta["uid"])
 
     @staticmethod
     async def _resume_state(checkpoints: CheckpointStore, snapshot: Snapshot, step: int) -> Any:

@@ -1,9 +1,10 @@
 """The ObjectStore for the processing of one Task.
 
-The scheduler resolves a Task twice moments apart: the GitOps pre-check before the claim
-(references.py) and the run itself. Objects come from the watch-fed cache, which costs no
-request; Secrets do not (the operator may not list or watch them), so without this each
-Secret key would be read from the API twice per Task. Values are kept for this one Task's
+The GitOps pre-check before the claim (references.py) resolves a new Task and the run uses
+that snapshot; a resumed Task, or one whose pre-check made no snapshot (grace 0, a reason
+waiting cannot fix), is resolved by the run, and approvals read through the same store.
+Objects come from the watch-fed cache, which costs no request; Secrets do not (the operator
+may not list or watch them), so each Secret key is read from the API at most once here. Values are kept for this one Task's
 processing only (a retry, a resume or the next Task reads again), and only values that
 exist: a key that was missing is read again, so a Secret created meanwhile is seen."""
 
