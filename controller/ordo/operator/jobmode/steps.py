@@ -15,6 +15,7 @@ from typing import Any
 from ...api.agent import ExecutionMode
 from ...runtime import TaskOutcome
 from ..kube.client import ApiError, KubeClient
+from ..tasks import taskstatus
 from ..tasks.claim import Claim, Claimer
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
@@ -57,8 +58,12 @@ async def record_mode(client: KubeClient, claim: Claim, mode: ExecutionMode) -> 
         return claim
     meta = claim.body["metadata"]
     try:
-        updated = await client.patch_status_fenced(
-            "Task", meta["namespace"], meta["name"], claim.execution_id, {"executionMode": mode}
+        updated = await taskstatus.fenced(
+            client,
+            meta["namespace"],
+            meta["name"],
+            claim.execution_id,
+            taskstatus.execution_mode(mode),
         )
     except BaseException:
         await claim.lease.release()

@@ -25,6 +25,7 @@ from ...api import TERMINAL_PHASES
 from ...engine.state import RunResult
 from ...runtime import TaskOutcome
 from ..kube.client import ApiError, KubeClient
+from ..settings import JobSettings
 from ..tasks.checkpoint import CheckpointStore, decode
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.lease import remaining as lease_remaining
@@ -50,7 +51,6 @@ from .spec import (
     PREFIX,
     RUNNER_UID,
     TASK_LABEL,
-    JobSettings,
     build_job,
     deadline_seconds,
     job_name,

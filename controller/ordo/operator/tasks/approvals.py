@@ -37,15 +37,14 @@ from ...engine.approvals import (
     ApprovalDecider,
     ApprovalDecision,
     PendingApproval,
-    awaiting_message,
     settle,
 )
-from ...engine.state import RunState
 from ...runtime.store import ObjectStore
+from . import taskstatus
 from .conditions import set_condition
 
 log = logging.getLogger("ordo.operator")
-CONDITION = "AwaitingApproval"
+CONDITION = taskstatus.AWAITING_APPROVAL
 KIND = "ToolApproval"
 
 
@@ -102,34 +101,10 @@ def deadline_unreadable(body: dict[str, Any]) -> bool:
     )
 
 
-def awaiting_fields(state: RunState, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The status fields of a Task whose run stopped for approvals."""
-    return {
-        "pendingApprovals": [
-            {
-                "callId": p.call_id,
-                "tool": p.tool,
-                "step": max(p.step, 1),
-                "requestedAt": rfc3339(p.requested_at),
-                # rounded up: the gate must never see a call time out before the run does
-                **({} if math.isinf(p.deadline) else {"deadline": rfc3339(math.ceil(p.deadline))}),
-            }
-            for p in list(state.approvals.values())[:64]
-        ],
-        "conditions": set_condition(
-            conditions, CONDITION, "True", CONDITION, awaiting_message(state)
-        ),
-    }
-
-
-def resumed_fields(conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The status fields of a Task resumed after waiting (the decisions are in toolCalls)."""
-    return {
-        "pendingApprovals": [],
-        "conditions": set_condition(
-            conditions, CONDITION, "False", "Resumed", "the waiting tool calls were decided"
-        ),
-    }
+# The Task's status while it waits and once it resumed is written by taskstatus.py (the one
+# writer of Task status); these names stay for callers that still use them.
+awaiting_fields = taskstatus.pending_approvals
+resumed_fields = taskstatus.resumed
 
 
 def decisions_for(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..kube.client import ApiError, KubeClient
-from .conditions import set_condition
+from . import taskstatus
 
 SLOT: Literal["slot"] = "slot"
 CANCELLED: Literal["cancelled"] = "cancelled"
@@ -67,23 +67,13 @@ async def mark_waiting(client: KubeClient, body: dict[str, Any], limit: int) -> 
         if condition.get("type") == "Scheduled" and condition.get("reason") == "WaitingForCapacity":
             return
     meta = body["metadata"]
-    conditions = set_condition(
-        status.get("conditions"),
-        "Scheduled",
-        "False",
-        "WaitingForCapacity",
-        f"{limit} Task(s) are running, the limit of this operator (--max-concurrent-tasks {limit})",
-    )
     try:
-        await client.patch(
-            "Task",
+        await taskstatus.merge(
+            client,
             meta["namespace"],
             meta["name"],
-            {
-                "metadata": {"resourceVersion": meta["resourceVersion"]},
-                "status": {"phase": "Pending", "conditions": conditions},
-            },
-            status=True,
+            taskstatus.waiting_for_capacity(body, limit),
+            resource_version=meta["resourceVersion"],
         )
     except ApiError as exc:
         if not (exc.conflict or exc.not_found):

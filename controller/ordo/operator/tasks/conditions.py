@@ -1,37 +1,65 @@
-"""metav1.Condition helpers (pure)."""
+"""metav1.Condition helpers (pure), built from the api `Condition` model.
+
+A condition that is set is a validated `Condition` dumped with its aliases (camelCase); the
+other conditions of the object are carried over as the API server returned them (a
+re-parse would cost some 4 us each per write and could only drop what the server stored).
+`lastTransitionTime` changes only when the status does (metav1.Condition semantics)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from ...api.base import Condition, ConditionStatus
+
+MAX_MESSAGE_CHARS = 1024
+"""Most characters of a condition message ordo writes (the CRD allows more)."""
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time now as the API server writes it (RFC 3339, whole seconds, `Z`); `time.gmtime`
+    formats it in a quarter of the time of `datetime.now(UTC)` (a terminal write takes 6)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def condition(
+    previous: Mapping[str, Any] | None,
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    """Condition `type_` as it is written after `previous` (the one the object has, if any):
+    its lastTransitionTime is kept unless the status changes."""
+    changed = previous is None or previous.get("status") != status
+    model = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message[:MAX_MESSAGE_CHARS],
+        last_transition_time=now() if changed else previous.get("lastTransitionTime", now()),  # type: ignore[union-attr]
+        observed_generation=generation,
+    )
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def set_condition(
-    conditions: list[dict[str, Any]] | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
     type_: str,
     status: str,
     reason: str,
     message: str,
     generation: int | None = None,
 ) -> list[dict[str, Any]]:
-    """A new list with `type_` set; lastTransitionTime changes only when the status does."""
+    """A new list with `type_` set, sorted by type; lastTransitionTime changes only when the
+    status does. `status` is validated by the model (`True`, `False` or `Unknown`)."""
     out = [dict(c) for c in conditions or [] if c.get("type") != type_]
     previous = next((c for c in conditions or [] if c.get("type") == type_), None)
-    changed = previous is None or previous.get("status") != status
-    cond: dict[str, Any] = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message[:1024],
-        "lastTransitionTime": now() if changed else previous.get("lastTransitionTime", now()),  # type: ignore[union-attr]
-    }
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    out.append(cond)
+    out.append(
+        condition(previous, type_, cast(ConditionStatus, status), reason, message, generation)
+    )
     out.sort(key=lambda c: c["type"])
     return out
 

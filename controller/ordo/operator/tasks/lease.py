@@ -5,7 +5,7 @@ operator, or a second replica — resumes a `Running` Task only once the lease h
 (or was released: durationSeconds 0), and takes it over with a write conditional on the
 resourceVersion it read, so at most one process executes a Task.
 
-Who may write what:
+Who may write what (each write built and sent by taskstatus.py):
 - the claim (claim.py) writes the lease together with the new executionId, conditional on
   the resourceVersion: of two racing claimers one wins;
 - a Job pod (jobrunner.py) takes the lease its operator released, under the same
@@ -33,7 +33,8 @@ from typing import Any
 
 from ... import timestamps
 from ...errors import LeaseLost
-from ..kube.client import ApiError, JsonPatch, KubeClient, patch_test_failed
+from ..kube.client import ApiError, KubeClient, patch_test_failed
+from . import taskstatus
 
 SAFETY_FRACTION = 0.2
 """Default safety margin, as a fraction of the lease duration."""
@@ -42,10 +43,6 @@ RETRY_DELAY = 0.2
 ACQUIRE_ATTEMPTS = 3
 
 log = logging.getLogger("ordo.operator")
-
-
-def _micro(dt: datetime) -> str:
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse(value: str | None) -> datetime | None:
@@ -124,12 +121,8 @@ class ExecutionLease:
         """Failed renewal attempts (transient or not), all streaks together."""
 
     def fields(self, duration: int | None = None) -> dict[str, Any]:
-        """`status.lease` as this holder writes it now."""
-        return {
-            "holder": self.holder,
-            "renewTime": _micro(datetime.now(UTC)),
-            "durationSeconds": self.lease_seconds if duration is None else duration,
-        }
+        """`status.lease` as this holder writes it now (taskstatus.py)."""
+        return taskstatus.lease(self.holder, self.lease_seconds if duration is None else duration)
 
     # -- the holder's view -------------------------------------------------------------------
 
@@ -183,13 +176,15 @@ class ExecutionLease:
                 return False
             if held_elsewhere(body, self.holder) > 0:
                 return False
-            patch = {
-                "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
-                "status": {"lease": self.fields()},
-            }
             sent = self._clock()
             try:
-                await self._client.patch("Task", self.namespace, self.task_name, patch, status=True)
+                await taskstatus.merge(
+                    self._client,
+                    self.namespace,
+                    self.task_name,
+                    {"lease": self.fields()},
+                    resource_version=body["metadata"]["resourceVersion"],
+                )
             except ApiError as exc:
                 if exc.not_found:
                     return False
@@ -200,34 +195,16 @@ class ExecutionLease:
             return True
         return False
 
-    def _fenced(self, *ops: dict[str, Any]) -> JsonPatch:
-        """`ops` after a `test` of this execution and this holder."""
-        return [
-            {"op": "test", "path": "/status/executionId", "value": self.execution_id},
-            {"op": "test", "path": "/status/lease/holder", "value": self.holder},
-            *ops,
-        ]
-
     async def renew(self) -> bool:
         """One renewal, fenced by the executionId and the holder. True if renewed; False if
         the lease is lost (another holder or execution is seen, or the Task is gone). Raises
         `ApiError` on any other failure, which says nothing about who holds the lease."""
         if not self._held:
             return False
-        lease = self.fields()
-        ops = self._fenced(
-            {"op": "add", "path": "/status/lease/renewTime", "value": lease["renewTime"]},
-            {
-                "op": "add",
-                "path": "/status/lease/durationSeconds",
-                "value": lease["durationSeconds"],
-            },
-        )
+        ops = taskstatus.lease_renewal(self.execution_id, self.holder, self.fields())
         sent = self._clock()
         try:
-            await self._client.patch_json(
-                "Task", self.namespace, self.task_name, ops, status=True, idempotent=True
-            )
+            await taskstatus.apply(self._client, self.namespace, self.task_name, ops)
         except ApiError as exc:
             if exc.not_found or _test_failed(exc):
                 return False
@@ -288,11 +265,9 @@ class ExecutionLease:
         held, self._held = self._held, False
         if not held or not write:
             return
-        ops = self._fenced({"op": "add", "path": "/status/lease/durationSeconds", "value": 0})
+        ops = taskstatus.lease_release(self.execution_id, self.holder)
         with contextlib.suppress(ApiError):
-            await self._client.patch_json(
-                "Task", self.namespace, self.task_name, ops, status=True, idempotent=True
-            )
+            await taskstatus.apply(self._client, self.namespace, self.task_name, ops)
 
 
 def _test_failed(exc: ApiError) -> bool:

@@ -32,30 +32,12 @@ from ...runtime import status as status_mod
 from ..kube.client import ApiError, KubeClient
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from .conditions import now, set_condition
+from . import taskstatus
 from .recorder import EventRecorder
+from .taskstatus import terminal_conditions as terminal_conditions
 
 FINALIZER = "ordo.dev/run"
 log = logging.getLogger("ordo.operator")
-
-
-def terminal_conditions(
-    conditions: list[dict[str, Any]] | None, phase: str, reason: str, message: str
-) -> list[dict[str, Any]]:
-    """The conditions of a finished Task, in the shapes tools understand:
-    - `Complete=True` on success, `Failed=True` on failure or cancel (as a batch/v1 Job has
-      them), so `kubectl wait --for=condition=Complete` / `--for=condition=Failed` return;
-    - `Ready` (kstatus, Flux): True on success, False with the Task's reason otherwise, plus
-      `Stalled=True` on failure (kstatus' "will not make progress");
-    - `Running=False` and `Succeeded` (True/False), kept for existing dashboards."""
-    succeeded = phase == "Succeeded"
-    out = set_condition(conditions, "Running", "False", reason, "the run ended")
-    out = set_condition(out, "Succeeded", "True" if succeeded else "False", reason, message)
-    out = set_condition(out, "Ready", "True" if succeeded else "False", reason, message)
-    out = set_condition(out, "Complete" if succeeded else "Failed", "True", reason, message)
-    if not succeeded:
-        out = set_condition(out, "Stalled", "True", reason, message)
-    return out
 
 
 UNKNOWN_AGENT = "(unknown)"
@@ -119,22 +101,8 @@ class TaskWriter:
         post the Event, count it, release the finalizer."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
-        current = body.get("status") or {}
         status = outcome.status()
-        fields = status_mod.to_patch(status)
-        if outcome.known_state is None:  # keep the progress the Task shows, never zeros
-            for key in ("step", "usage"):
-                if key in current:
-                    fields.pop(key, None)
-        fields["completedAt"] = now()
-        fields["conditions"] = terminal_conditions(
-            current.get("conditions"), outcome.phase, outcome.reason, status.message or ""
-        )
-        if meta.get("generation") is not None:
-            fields["observedGeneration"] = meta["generation"]
-        if "startedAt" not in current:
-            fields["startedAt"] = fields["completedAt"]
-        fields = status_mod.bounded(fields)
+        fields = taskstatus.terminal(body, outcome, status)
         try:
             try:
                 updated = await self._write(ns, name, execution_id, fields)
@@ -145,10 +113,7 @@ class TaskWriter:
                     "terminal status refused for its size; writing it reduced",
                     extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
                 )
-                fields = status_mod.reduced(fields)
-                fields["conditions"] = terminal_conditions(
-                    current.get("conditions"), outcome.phase, outcome.reason, fields["message"]
-                )
+                fields = taskstatus.reduced_terminal(body, outcome, fields)
                 updated = await self._write(ns, name, execution_id, fields)
         except ApiError as exc:
             if exc.not_found:
@@ -165,7 +130,7 @@ class TaskWriter:
         self.metrics.tasks.labels(ns, label, outcome.phase, outcome.reason).inc()
         if started is not None:
             self.metrics.task_duration.labels(ns, label).observe(time.monotonic() - started)
-        step = fields.get("step", current.get("step", 0))
+        step = fields.get("step", (body.get("status") or {}).get("step", 0))
         self.metrics.task_steps.labels(ns, label).observe(step)
         log.info(
             "task finished",
@@ -178,10 +143,8 @@ class TaskWriter:
     ) -> dict[str, Any]:
         """Patch the status fields, fenced by `execution_id` when the Task was claimed."""
         if execution_id is not None:
-            return await self.client.patch_status_fenced(
-                "Task", namespace, name, execution_id, fields
-            )
-        return await self.client.patch("Task", namespace, name, {"status": fields}, status=True)
+            return await taskstatus.fenced(self.client, namespace, name, execution_id, fields)
+        return await taskstatus.merge(self.client, namespace, name, fields)
 
     async def release(self, namespace: str, name: str, known: dict[str, Any] | None = None) -> None:
         """Remove ordo's finalizer (conditional on resourceVersion, retried on conflict).
@@ -270,15 +233,14 @@ class ProgressWriter:
     async def write(self, state: RunState) -> None:
         """Patch the bounded progress summary of `state` (fenced by the executionId). Called
         by the coalesced run writes (coalesce.py), at most once per flush window."""
-        patch = status_mod.bounded(status_mod.to_patch(status_mod.progress(state)))
         if self._first:
-            patch["snapshotHash"] = self._snapshot.content_hash
-            if self._snapshot.agent_generation is not None:
-                patch["agentGeneration"] = self._snapshot.agent_generation
-        try:
-            await self._w.client.patch_status_fenced(
-                "Task", self._ns, self._name, self._execution_id, patch
+            patch = taskstatus.progress(
+                state, self._snapshot.content_hash, self._snapshot.agent_generation
             )
+        else:
+            patch = taskstatus.progress(state)
+        try:
+            await taskstatus.fenced(self._w.client, self._ns, self._name, self._execution_id, patch)
         except ApiError as exc:
             # Progress is best effort (the terminal write carries it all); a Fenced write
             # is not an ApiError and stops the run.
