@@ -26,15 +26,36 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .governance import memory_operation, memory_policy_names
+from ..api.task import Reason
+from .governance import ApprovalRule, Governance, memory_operation, memory_policy_names
 
 if TYPE_CHECKING:
-    from ..api.task import Reason
-    from .governance import Governance
-    from .state import RunState, ToolCallRecord
     from .tooling import ToolBinding
+
+__all__ = [
+    "AWAITING",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "REJECTED",
+    "TIMED_OUT",
+    "ApprovalDecider",
+    "ApprovalDecision",
+    "ApprovalRule",
+    "PendingApproval",
+    "Refusal",
+    "Settled",
+    "Verdict",
+    "Waiting",
+    "awaiting_message",
+    "earliest_deadline",
+    "merged",
+    "refusal",
+    "request",
+    "requirement",
+    "resume_pause",
+    "settle",
+]
 
 DEFAULT_TIMEOUT_SECONDS = 24 * 3600.0
 """How long a call waits for a decision unless the Tool or the operator says otherwise."""
@@ -45,15 +66,6 @@ Settled = Literal["approved", "rejected", "timedOut", "waiting"]
 REJECTED = "ApprovalRejected"
 TIMED_OUT = "ApprovalTimedOut"
 AWAITING = "AwaitingApproval"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRule:
-    """Why a tool needs approval: the Tool itself or a policy, and its timeout (None: the
-    run's default)."""
-
-    source: str
-    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +115,17 @@ class PendingApproval:
         )
 
 
+class Waiting(Protocol):
+    """The part of a run's state (engine/state.py `RunState`) that waiting for approvals reads
+    and writes; a protocol, so that the state, which holds PendingApprovals, is not imported
+    here."""
+
+    step: int
+    approvals: dict[str, PendingApproval]
+    awaiting_since: float | None
+    paused_seconds: float
+
+
 ApprovalDecider = Callable[[PendingApproval, dict[str, Any]], Awaitable[Sequence[ApprovalDecision]]]
 """Finds the decisions on one waiting call, given its arguments: a prompt (`ordo run` shows
 them to the person running it), the ToolApprovals of the Task (the operator, which ignores
@@ -145,7 +168,7 @@ def merged(
 
 
 def request(
-    state: RunState, call_id: str, tool: str, rule: ApprovalRule, default_timeout: float, now: float
+    state: Waiting, call_id: str, tool: str, rule: ApprovalRule, default_timeout: float, now: float
 ) -> PendingApproval:
     """The waiting record of a call: the one already in `state`, else a new one (added)."""
     known = state.approvals.get(call_id)
@@ -174,26 +197,32 @@ def settle(
     return "waiting", ""
 
 
-def refusal(settled: Settled, by: str) -> tuple[str, str]:
-    """(record reason, model-visible error) of a rejected or timed-out call."""
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A rejected or timed-out call: its `status.toolCalls[].reason`, the error result the
+    model sees, and the Task reason if the refusal ends the run (`onToolDenied: Fail`)."""
+
+    record_reason: str
+    text: str
+    ends_as: Reason
+
+
+def refusal(settled: Settled, by: str) -> Refusal:
+    """How a call that was not approved is answered (`settled` is rejected or timed out)."""
     if settled == "timedOut":
-        return TIMED_OUT, "error: this call needed a human approval that did not come in time."
-    return (
+        return Refusal(
+            TIMED_OUT,
+            "error: this call needed a human approval that did not come in time.",
+            "ApprovalTimedOut",
+        )
+    return Refusal(
         f"{REJECTED}: {by}" if by else REJECTED,
         "error: a human approver rejected this call; it was not run.",
+        "ApprovalRejected",
     )
 
 
-def ended_by(record: ToolCallRecord) -> Reason | None:
-    """The Task reason when a refused approval ends the run (`onToolDenied: Fail`)."""
-    if record.reason.startswith(REJECTED):
-        return "ApprovalRejected"
-    if record.reason.startswith(TIMED_OUT):
-        return "ApprovalTimedOut"
-    return None
-
-
-def resume_pause(state: RunState, now: float) -> float:
+def resume_pause(state: Waiting, now: float) -> float:
     """A run resumed after waiting: add the wait to `paused_seconds` (time waiting for a human
     is not run time) and return the total paused so far."""
     if state.awaiting_since is not None:
@@ -202,7 +231,7 @@ def resume_pause(state: RunState, now: float) -> float:
     return state.paused_seconds
 
 
-def awaiting_message(state: RunState) -> str:
+def awaiting_message(state: Waiting) -> str:
     """The message of a run that waits: call ids and tools, never arguments."""
     shown = ", ".join(f"{p.tool} ({p.call_id})" for p in list(state.approvals.values())[:10])
     more = " ..." if len(state.approvals) > 10 else ""

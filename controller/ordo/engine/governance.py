@@ -23,18 +23,21 @@ single-line, so whatever a policy or an API error says, the status write fits.
 A run re-reads its governance at each step boundary (engine/livepolicy.py); the fresh
 Governance carries the start-time one in `within`, and a call must pass both: a change made
 mid-run can take a permission away, never add one.
+
+The types the rest of the engine shares about policy live here, at the bottom of the engine's
+imports (state, approvals and livepolicy all read them, none of them is read here): why a call
+needs a human approval (`ApprovalRule`), what a denial does to the run (`OnToolDenied`), and
+what a policy re-read found (`PolicyUpdate`, through the runtime's `PolicyRefresh` hook).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..api.agent import MEMORY_OPERATIONS
-
-if TYPE_CHECKING:
-    from .approvals import ApprovalRule
 
 REASON_MAX_CHARS = 1024
 """`status.toolCalls[].reason` maxLength in the Task CRD."""
@@ -72,6 +75,20 @@ def bounded_reason(reason: str) -> str:
     if len(text) <= REASON_MAX_CHARS:
         return text
     return text[: REASON_MAX_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
+
+
+OnToolDenied = Literal["Fail", "ReturnError"]
+"""What a denied call does to the run (AgentPolicy `onToolDenied`): end it, or answer the
+model with an error result and go on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """Why a tool needs approval: the Tool itself or a policy, and its timeout (None: the
+    run's default). Engine/approvals.py settles the calls it applies to."""
+
+    source: str
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,3 +278,20 @@ class Governance:
             ):
                 return True
         return False
+
+
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """What a policy re-read found (engine/livepolicy.py narrows the run with it). None means
+    "sets no value"."""
+
+    governance: Governance
+    suspended_by: str | None = None
+    """The first (by name) selecting AgentPolicy with `suspend: true`."""
+    max_steps: int | None = None
+    token_budget: int | None = None
+    on_tool_denied: OnToolDenied | None = None
+
+
+PolicyRefresh = Callable[[], Awaitable[PolicyUpdate]]
+"""The runtime's re-read hook (runtime/policies.py `live_policy`)."""

@@ -18,7 +18,6 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from ..api.task import Reason
 from ..errors import OrdoError
 from .events import GuardrailFired, Listener
 from .guardrails import (
@@ -42,7 +41,6 @@ __all__ = [
     "check_input",
     "check_output",
     "check_result",
-    "denial_reason",
     "enforce_budget",
     "fired_message",
     "guard_arguments",
@@ -244,9 +242,3 @@ async def check_result(
     if withheld is None:
         return record, result, False
     return dataclasses.replace(record, reason=violation_reason(withheld)), result, True
-
-
-def denial_reason(record: ToolCallRecord) -> Reason:
-    """A guardrail's denial of a tool call ends the run `GuardrailViolation`; governance's,
-    `ToolDenied`."""
-    return "GuardrailViolation" if record.reason.startswith(GUARDRAIL_REASON) else "ToolDenied"

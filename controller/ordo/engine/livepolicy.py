@@ -17,30 +17,13 @@ it `PolicyUnavailable` too, naming only the exception type (its text may carry a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from ..errors import PolicyUnavailable, ResolutionError
-from .governance import Governance
+from .governance import PolicyRefresh, PolicyUpdate
+from .state import RunConfig
 
-if TYPE_CHECKING:
-    from .state import OnToolDenied, RunConfig
-
-
-@dataclass(frozen=True)
-class PolicyUpdate:
-    """What a re-read found. None means "sets no value"."""
-
-    governance: Governance
-    suspended_by: str | None = None
-    """The first (by name) selecting AgentPolicy with `suspend: true`."""
-    max_steps: int | None = None
-    token_budget: int | None = None
-    on_tool_denied: OnToolDenied | None = None
-
-
-PolicyRefresh = Callable[[], Awaitable[PolicyUpdate]]
+__all__ = ["PolicyRefresh", "PolicyUpdate", "at_boundary", "narrowed", "stopped"]
 
 
 def _smaller(current: int | None, fresh: int | None) -> int | None:

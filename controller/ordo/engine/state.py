@@ -5,21 +5,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..api.task import Reason
 from ..errors import OrdoError
 from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
-from .governance import Governance
+from .governance import Governance, OnToolDenied, PolicyRefresh
 from .guardrails import GuardrailRecord
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
-if TYPE_CHECKING:
-    from .livepolicy import PolicyRefresh
+__all__ = [
+    "OnToolDenied",
+    "Phase",
+    "RunConfig",
+    "RunResult",
+    "RunState",
+    "TerminalPhase",
+    "ToolCallRecord",
+]
 
-Phase = Literal["Succeeded", "Failed", "Cancelled", "AwaitingApproval"]
+TerminalPhase = Literal["Succeeded", "Failed", "Cancelled"]
+"""How a run ends (engine/verdicts.py `Finished`)."""
+Phase = Literal[TerminalPhase, "AwaitingApproval"]
 """`AwaitingApproval` is not terminal: the run stopped to wait for a human (approvals.py)."""
-OnToolDenied = Literal["Fail", "ReturnError"]
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from ..api import Task
 from ..engine.events import Listener
 
 if TYPE_CHECKING:
-    from .execute import TaskOutcome
+    from .outcome import TaskOutcome
     from .snapshot import Snapshot
 
 log = logging.getLogger("ordo.tracing")

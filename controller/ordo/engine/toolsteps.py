@@ -1,0 +1,176 @@
+"""How the step loop runs the tool calls of one response (engine/loop.py): each call is
+screened (engine/screening.py), its arguments guarded, gated on a human approval, executed,
+and its result guarded, and gets exactly one result in the history, or waits for approval
+with none yet. A refusal that must end the run comes back as a `Denial` (engine/verdicts.py).
+
+After a restart, `complete_pending` finishes the calls of the last step that have no result:
+a call that may have started runs again only if its tool is idempotent (else the run ends
+`Interrupted`). `fill_unanswered` keeps the transcript well-formed when a run stops mid-step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from ..errors import Interrupted
+from . import guardsteps as guard
+from .events import Checkpoint, Listener, StepFinished, ToolDecided, ToolFinished
+from .guardrails import GuardrailBinding
+from .screening import Screened, approval_gate, screen_call
+from .state import RunConfig, RunState, ToolCallRecord
+from .tooling import ToolBinding, ToolFailure, failure_cause
+from .transcript import AssistantMessage, ToolCall, ToolResult
+from .verdicts import Denial
+
+__all__ = ["complete_pending", "fill_unanswered", "run_calls"]
+
+
+async def _execute(
+    screened: Screened, call: ToolCall, state: RunState, emit: Listener
+) -> tuple[ToolCallRecord, ToolResult]:
+    binding = screened.binding
+    assert binding is not None
+    if not binding.idempotent and not binding.builtin:
+        state.started_calls.add(call.id)
+        await emit(Checkpoint(state))
+    started = time.monotonic()
+    arguments = call.arguments or {}
+    cause: str | None = None
+    try:
+        if binding.timeout:
+            async with asyncio.timeout(binding.timeout):
+                out = await binding.executor(arguments)
+        else:
+            out = await binding.executor(arguments)
+        outcome = "error" if out.is_error else "succeeded"
+        if out.is_error:
+            cause = out.cause or "ToolError"
+        result = ToolResult(call.id, call.name, out.content, out.is_error)
+    except ToolFailure as exc:
+        outcome, cause = "error", failure_cause(exc)
+        result = ToolResult(call.id, call.name, f"error: {exc}", True)
+    except TimeoutError:  # the tool's own timeout; the run deadline arrives as cancellation
+        outcome, cause = "error", "Timeout"
+        result = ToolResult(
+            call.id, call.name, f"error: the tool did not answer within {binding.timeout:g}s", True
+        )
+    except Exception as exc:  # an executor bug must not crash the run; name the type only
+        outcome, cause = "error", failure_cause(exc)
+        result = ToolResult(
+            call.id, call.name, f"error: the tool failed ({type(exc).__name__})", True
+        )
+    duration = time.monotonic() - started
+    await emit(ToolFinished(state.step, call.name, outcome, duration, call.id, cause))
+    record = ToolCallRecord(
+        state.step, call.name, "allowed", screened.record.reason, outcome, call.id, cause
+    )
+    return record, result
+
+
+async def run_calls(
+    calls: Sequence[ToolCall],
+    config: RunConfig,
+    tools: Sequence[ToolBinding],
+    state: RunState,
+    emit: Listener,
+    *,
+    resuming: bool = False,
+    guardrails: Sequence[GuardrailBinding] = (),
+) -> Denial | None:
+    """Screen and execute the tool calls of one response, appending exactly one result per
+    call (none for a call that waits for approval). Returns the denial when `onToolDenied:
+    Fail` must end the run."""
+    by_name = {t.name: t for t in tools}
+    seen: set[str] = set()
+    for call in calls:
+        screened = await screen_call(call, state.step, config, by_name, state.used_tools, seen)
+        seen.add(call.name)
+        if (
+            resuming
+            and screened.binding is not None
+            and call.id in state.started_calls
+            and not screened.binding.idempotent
+        ):
+            state.records.append(
+                ToolCallRecord(
+                    state.step, call.name, "allowed", screened.record.reason, "interrupted", call.id
+                )
+            )
+            raise Interrupted(
+                f"tool {screened.binding.object_name!r} may have run before the restart and is "
+                "not idempotent; it was not repeated"
+            )
+        if screened.binding is not None and guardrails:  # guardrails: the arguments
+            call, refused = await guard.check_arguments(guardrails, call, config, state, emit)
+            if refused is not None:
+                screened = Screened(*refused, ends_as="GuardrailViolation")
+        if screened.binding is not None:
+            gated = await approval_gate(call, screened, config, state)
+            if gated is None:
+                continue  # waits for a human decision: no result yet (approvals.py)
+            screened = gated
+        await emit(ToolDecided(screened.record, offered=call.name in by_name))
+        if screened.binding is None:
+            state.records.append(screened.record)
+            assert screened.result is not None
+            state.items.append(screened.result)
+            if screened.record.decision == "denied" and config.on_tool_denied == "Fail":
+                return Denial(screened.record, screened.ends_as)
+            continue
+        record, result = await _execute(screened, call, state, emit)
+        withheld = False
+        if guardrails:  # guardrails: the result, before the model sees it
+            record, result, withheld = await guard.check_result(
+                guardrails, record, result, state, emit
+            )
+        state.records.append(record)
+        state.items.append(result)
+        if not screened.binding.builtin:
+            state.used_tools.add(call.name)
+        if withheld and config.on_tool_denied == "Fail":
+            return Denial(record, "GuardrailViolation")
+        guard.enforce_budget(config.token_budget, state)  # a result judge's tokens
+    return None
+
+
+def _unanswered(state: RunState) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no result yet."""
+    for item in reversed(state.items):
+        if isinstance(item, AssistantMessage):
+            answered = {i.call_id for i in state.items if isinstance(i, ToolResult)}
+            return [c for c in item.tool_calls if c.id not in answered]
+    return []
+
+
+def fill_unanswered(state: RunState) -> None:
+    """Give every tool call of the last assistant message a result, so the transcript stays
+    well-formed for a provider even when the run stops mid-step."""
+    for call in _unanswered(state):
+        state.items.append(
+            ToolResult(call.id, call.name, "error: not executed: the run stopped", True)
+        )
+
+
+async def complete_pending(
+    config: RunConfig,
+    state: RunState,
+    tools: Sequence[ToolBinding],
+    emit: Listener,
+    guardrails: Sequence[GuardrailBinding] = (),
+) -> Denial | None:
+    """After a restart: finish the tool calls of the last step that have no result yet.
+    A call that may have started is repeated only if its tool is idempotent."""
+    pending = _unanswered(state)
+    if not pending:
+        return None
+    answered = {r.call_id for r in state.records}
+    pending = [c for c in pending if c.id not in answered]
+    denied = await run_calls(
+        pending, config, tools, state, emit, resuming=True, guardrails=guardrails
+    )
+    if denied is None and not state.approvals:
+        await emit(Checkpoint(state))
+        await emit(StepFinished(state))
+    return denied
