@@ -313,3 +313,12 @@ async def test_the_writes_send_the_requests_the_call_sites_sent() -> None:
         ("fenced", ("Task", "ns", "t", "e1", fields), {}),
         ("patch_json", ("Task", "ns", "t", taskstatus.lease_release("e1", "h")), {"status": True, "idempotent": True}),
     ]  # fmt: skip
+
+
+def test_a_condition_message_json_cannot_carry_is_written_as_the_api_server_stores_it() -> None:
+    # A lone surrogate (from a name or an error text) is not valid UTF-8: the dict written
+    # before went out escaped and the API server's decoder stored U+FFFD; so does the model.
+    (cond,) = conditions.set_condition(None, "Ready", "False", "R", "Agent 'a\udc80' not found")
+    assert cond["message"] == "Agent 'a\ufffd' not found" and cond["reason"] == "R"
+    with pytest.raises(ValueError):
+        conditions.set_condition(None, "Ready", "Maybe", "R", "a status metav1 does not have")

@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from ...api.base import Condition, ConditionStatus
 
 MAX_MESSAGE_CHARS = 1024
@@ -34,15 +36,33 @@ def condition(
     """Condition `type_` as it is written after `previous` (the one the object has, if any):
     its lastTransitionTime is kept unless the status changes."""
     changed = previous is None or previous.get("status") != status
-    model = Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=message[:MAX_MESSAGE_CHARS],
-        last_transition_time=now() if changed else previous.get("lastTransitionTime", now()),  # type: ignore[union-attr]
-        observed_generation=generation,
-    )
+    stamp = now() if changed else previous.get("lastTransitionTime", now())  # type: ignore[union-attr]
+    message = message[:MAX_MESSAGE_CHARS]
+    try:
+        model = Condition(
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=stamp,
+            observed_generation=generation,
+        )
+    except ValidationError:
+        if not (_lone_surrogate(message) or _lone_surrogate(reason)):
+            raise
+        # Text that JSON cannot carry as UTF-8: the API server's decoder would replace each
+        # lone surrogate with U+FFFD, so the condition says the same with them replaced.
+        return condition(previous, type_, status, _replaced(reason), _replaced(message), generation)
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _lone_surrogate(text: str) -> bool:
+    return _replaced(text) != text
+
+
+def _replaced(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def set_condition(
