@@ -1,7 +1,7 @@
 """Writes what a run shows to people: the per-step progress and terminal status of a Task
-(built from the `api` models by ordo.runtime.status), its Events, metrics and log lines, and the
-release of ordo's finalizer. Writes of an execution are fenced by its executionId, so a stale
-executor can never overwrite what a newer one wrote.
+(built from the `api` models by taskstatus.py, the one writer of Task status), its Events,
+metrics and log lines, and the release of ordo's finalizer. Writes of an execution are
+fenced by its executionId, so a stale executor can never overwrite what a newer one wrote.
 
 Every status write is within `status.MAX_STATUS_BYTES`; a terminal write the API server still
 refuses for its size (a Task whose spec leaves little room) is written again reduced, so a
@@ -34,7 +34,6 @@ from ..telemetry import logs
 from ..telemetry.metrics import Metrics
 from . import taskstatus
 from .recorder import EventRecorder
-from .taskstatus import terminal_conditions as terminal_conditions
 
 FINALIZER = "ordo.dev/run"
 log = logging.getLogger("ordo.operator")
