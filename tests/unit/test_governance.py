@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ordo.api import MEMORY_OPERATIONS
+from ordo.api.task import TaskStatus
 from ordo.api.task import ToolCallRecord as ApiToolCallRecord
 from ordo.engine.governance import (
     REASON_MAX_CHARS,
@@ -362,7 +363,7 @@ def test_a_5000_character_denial_reason_is_capped_with_a_marker() -> None:
     assert len(d.reason) == REASON_MAX_CHARS
     assert d.reason.endswith(TRUNCATED_MARKER)
     assert d.reason.startswith("MissingPermission: all of perm:p00000:invoke")
-    ApiToolCallRecord(step=1, tool="deploy", decision="denied", reason=d.reason)
+    TaskStatus(tool_calls=[ApiToolCallRecord(1, "deploy", "denied", d.reason)])  # fits the CRD
 
 
 def test_cannot_decide_reason_is_capped_and_on_one_line() -> None:
@@ -458,7 +459,7 @@ async def test_run_denied_memory_record_has_a_bounded_reason() -> None:
     result = await run
     (record,) = result.tool_calls
     assert record.decision == "denied" and len(record.reason) <= REASON_MAX_CHARS
-    ApiToolCallRecord.model_validate(record.to_dict())  # fits the CRD
+    TaskStatus.model_validate({"toolCalls": [record.to_dict()]})  # fits the CRD
     assert backend.operations == []
 
 

@@ -1,6 +1,7 @@
-"""One home for phases and records (issue 24 §4): `ordo.Usage` is the type of
-`TaskStatus.usage` and serializes as the status always did; the phases have one definition;
-runtime/status.py turns the engine's pending approvals into the api's."""
+"""One home for phases and records (issue 24 §4): `ordo.Usage`, `ToolCallRecord` and
+`GuardrailRecord` are the types of the TaskStatus fields that show them and serialize as the
+status always did (api/records.py); the phases have one definition; runtime/status.py turns
+the engine's pending approvals into the api's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pydantic import ValidationError
 
 import ordo
 from ordo.api import phases
-from ordo.api.task import TERMINAL_PHASES, Phase, TaskStatus
+from ordo.api.guardrail import GuardrailRecord
+from ordo.api.task import TERMINAL_PHASES, Phase, TaskStatus, ToolCallRecord
 from ordo.engine.approvals import PendingApproval
 from ordo.engine.state import RunState
 from ordo.engine.transcript import Usage as EngineUsage
@@ -113,3 +115,113 @@ def test_pending_approvals_are_the_api_records_of_the_engine_state() -> None:
     assert len(built) == 64
     assert built[0]["deadline"] == "2023-11-14T23:13:21Z"  # rounded up, never early
     assert "deadline" not in built[1]
+
+
+def test_a_tool_call_record_is_shown_as_the_status_always_showed_it() -> None:
+    records = [
+        ToolCallRecord(2, "search", "allowed", "", "succeeded", "c1"),
+        ToolCallRecord(3, "deploy", "denied", "BlockedByPolicy: strict"),
+        ToolCallRecord(4, "fetch", "allowed", "", "error", "c3", "HTTPStatus 503"),
+    ]
+    status = TaskStatus(tool_calls=records)
+    assert status.tool_calls == records
+    assert status_mod.to_patch(status)["toolCalls"] == [
+        {
+            "step": 2,
+            "tool": "search",
+            "decision": "allowed",
+            "outcome": "succeeded",
+            "callId": "c1",
+        },
+        {"step": 3, "tool": "deploy", "decision": "denied", "reason": "BlockedByPolicy: strict"},
+        {
+            "step": 4,
+            "tool": "fetch",
+            "decision": "allowed",
+            "outcome": "error",
+            "callId": "c3",
+            "error": "HTTPStatus 503",
+        },
+    ]
+    # Every field of an engine-built record counts as set, as it did for the pydantic record.
+    assert status.to_dict()["toolCalls"][1] == {
+        "step": 3,
+        "tool": "deploy",
+        "decision": "denied",
+        "reason": "BlockedByPolicy: strict",
+        "outcome": None,
+        "callId": None,
+        "error": None,
+    }
+    again = TaskStatus.model_validate(status_mod.to_patch(status))
+    assert again.tool_calls == records
+    # Read from a mapping, a record shows the keys it was read with (a Task as written).
+    assert again.to_dict()["toolCalls"] == status_mod.to_patch(status)["toolCalls"]
+
+
+def test_a_guardrail_record_is_shown_as_the_status_always_showed_it() -> None:
+    records = [
+        GuardrailRecord(0, "input", "pii", "redacted"),
+        GuardrailRecord(2, "toolResult", "judge", "denied", "fetch", "Timeout"),
+    ]
+    status = TaskStatus(guardrails=records)
+    assert status_mod.to_patch(status)["guardrails"] == [
+        {"step": 0, "point": "input", "guardrail": "pii", "action": "redacted"},
+        {
+            "step": 2,
+            "point": "toolResult",
+            "guardrail": "judge",
+            "action": "denied",
+            "tool": "fetch",
+            "cause": "Timeout",
+        },
+    ]
+    assert TaskStatus.model_validate(status_mod.to_patch(status)).guardrails == records
+
+
+@pytest.mark.parametrize(
+    ("status", "problem"),
+    [
+        (
+            {"toolCalls": [ToolCallRecord(0, "t", "allowed", "")]},
+            "toolCalls[0].step: Input should be greater than or equal to 1",
+        ),
+        (
+            {"toolCalls": [ToolCallRecord(1, "t" * 129, "allowed", "")]},
+            "toolCalls[0].tool: String should have at most 128 characters",
+        ),
+        (
+            {"toolCalls": [{"step": 1, "tool": "t", "decision": "maybe"}]},
+            "toolCalls[0].decision: Input should be 'allowed', 'denied' or 'rejected'",
+        ),
+        (
+            {"guardrails": [GuardrailRecord(1, "output", "g" * 254, "denied")]},
+            "guardrails[0].guardrail: String should have at most 253 characters",
+        ),
+        (
+            {"guardrails": [{"step": 1, "point": "output", "guardrail": "g", "action": "x"}]},
+            "guardrails[0].action: Input should be 'redacted' or 'denied'",
+        ),
+    ],
+)
+def test_records_over_the_api_constraints_are_refused(
+    status: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        TaskStatus.model_validate(status)
+    assert validation_problem(caught.value) == problem
+
+
+def test_the_checkpoint_forms_of_the_records_round_trip() -> None:
+    call = ToolCallRecord(2, "search", "allowed", "", "succeeded", "c1")
+    assert call.to_dict() == {
+        "step": 2,
+        "tool": "search",
+        "decision": "allowed",
+        "reason": "",
+        "outcome": "succeeded",
+        "callId": "c1",
+    }
+    fired = GuardrailRecord(1, "toolArguments", "pii", "redacted", "search")
+    assert ToolCallRecord.from_dict(call.to_dict()) == call
+    assert GuardrailRecord.from_dict(fired.to_dict()) == fired

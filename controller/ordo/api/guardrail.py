@@ -5,12 +5,14 @@ expressions, deny or redact), `http` (an external check service, fail closed) an
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, GetCoreSchemaHandler, field_validator
 
 from .base import CelRule, Name, OrdoModel, PositiveDuration, Resource, SecretKeyRef, StatusBase
 from .jsonschema_re2 import MAX_PATTERN_CHARS, compile_pattern
+from .records import status_record
 from .tool import HeaderMap, Url
 
 GuardrailType = Literal["pattern", "http", "model"]
@@ -131,7 +133,48 @@ class GuardrailStatus(StatusBase):
     destination is allowed, the judge's ModelEndpoint exists)."""
 
 
-class GuardrailRecord(OrdoModel):
+@dataclass(frozen=True, slots=True)
+class GuardrailRecord:
+    """One guardrail that fired (never the text): the engine keeps it in the run state
+    (`to_dict` is its checkpoint form) and `status.guardrails[]` shows it
+    (`_GuardrailRecordFields`, names capped by runtime/status.py)."""
+
+    step: int
+    point: GuardrailPoint
+    guardrail: str
+    action: GuardrailAction
+    tool: str | None = None
+    cause: str | None = None
+    _given: frozenset[str] | None = field(default=None, init=False, compare=False, repr=False)
+    """The status fields it was read with; None: ordo built it (api/records.py)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "step": self.step,
+            "point": self.point,
+            "guardrail": self.guardrail,
+            "action": self.action,
+        }
+        if self.tool:
+            d["tool"] = self.tool
+        if self.cause:
+            d["cause"] = self.cause
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GuardrailRecord:
+        return cls(
+            int(d["step"]), d["point"], d["guardrail"], d["action"], d.get("tool"), d.get("cause")
+        )
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> Any:  # pydantic_core's CoreSchema (pydantic_core is not a declared dependency)
+        return status_record(handler, cls, _GuardrailRecordFields, _record, _shown)
+
+
+class _GuardrailRecordFields(OrdoModel):
     """One guardrail that fired in a run (never the matched or checked text)."""
 
     step: Annotated[int, Field(ge=0)]
@@ -147,6 +190,22 @@ class GuardrailRecord(OrdoModel):
     cause: Annotated[str, Field(max_length=128)] | None = None
     """Why a check denied without a verdict (fail closed), e.g. `Timeout`, `HTTPStatus 500`,
     `InvalidVerdict`; never content."""
+
+
+def _record(f: _GuardrailRecordFields) -> GuardrailRecord:
+    return GuardrailRecord(f.step, f.point, f.guardrail, f.action, f.tool, f.cause)
+
+
+def _shown(r: GuardrailRecord) -> dict[str, Any]:
+    """The status fields (what is empty is unset)."""
+    return {
+        "step": r.step,
+        "point": r.point,
+        "guardrail": r.guardrail,
+        "action": r.action,
+        "tool": r.tool or None,
+        "cause": r.cause or None,
+    }
 
 
 class Guardrail(Resource):

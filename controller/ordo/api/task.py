@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, GetCoreSchemaHandler, field_validator
 
 # The reasons, phases and usage of a Task have homes of their own (ordo/reasons.py, phases.py,
 # usage.py); importing them from here keeps working.
@@ -26,6 +27,7 @@ from .phases import TERMINAL_PHASES as TERMINAL_PHASES
 from .phases import Phase as Phase
 from .phases import RunPhase as RunPhase
 from .phases import TerminalPhase as TerminalPhase
+from .records import status_record
 from .usage import Usage as Usage
 
 ToolDecision = Literal["allowed", "denied", "rejected"]
@@ -116,7 +118,60 @@ TASK_SPEC_IMMUTABLE = CelRule(
 )
 
 
-class ToolCallRecord(OrdoModel):
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One governance decision on a tool call the model asked for (never arguments or
+    results): the engine keeps it in the run state (`to_dict` is its checkpoint form) and
+    `status.toolCalls[]` shows it (`_ToolCallFields`, each string capped by
+    runtime/status.py)."""
+
+    step: int
+    tool: str
+    decision: ToolDecision
+    reason: str
+    """Empty when there is none (not shown in the status)."""
+    outcome: ToolOutcome | None = None
+    call_id: str | None = None
+    error: str | None = None
+    """Why an allowed call failed, sanitised (`HTTPStatus 503`, `ConnectError`, `Timeout`)."""
+    _given: frozenset[str] | None = field(default=None, init=False, compare=False, repr=False)
+    """The status fields it was read with; None: ordo built it (api/records.py)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "step": self.step,
+            "tool": self.tool,
+            "decision": self.decision,
+            "reason": self.reason,
+        }
+        if self.outcome:
+            d["outcome"] = self.outcome
+        if self.call_id:
+            d["callId"] = self.call_id
+        if self.error:
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCallRecord:
+        return cls(
+            d["step"],
+            d["tool"],
+            d["decision"],
+            d.get("reason", ""),
+            d.get("outcome"),
+            d.get("callId"),
+            d.get("error"),
+        )
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> Any:  # pydantic_core's CoreSchema (pydantic_core is not a declared dependency)
+        return status_record(handler, cls, _ToolCallFields, _tool_call, _tool_call_shown)
+
+
+class _ToolCallFields(OrdoModel):
     """One governance decision (never arguments or results)."""
 
     step: Annotated[int, Field(ge=1)]
@@ -135,6 +190,23 @@ class ToolCallRecord(OrdoModel):
     error: Annotated[str, Field(max_length=128)] | None = None
     """Why an allowed call failed: the kind only, e.g. `HTTPStatus 503`, `ConnectError`,
     `Timeout` (never a URL, arguments or the response)."""
+
+
+def _tool_call(f: _ToolCallFields) -> ToolCallRecord:
+    return ToolCallRecord(f.step, f.tool, f.decision, f.reason or "", f.outcome, f.call_id, f.error)
+
+
+def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
+    """The status fields (what is empty is unset)."""
+    return {
+        "step": r.step,
+        "tool": r.tool,
+        "decision": r.decision,
+        "reason": r.reason or None,
+        "outcome": r.outcome or None,
+        "callId": r.call_id or None,
+        "error": r.error or None,
+    }
 
 
 class PendingApprovalStatus(OrdoModel):

@@ -2,21 +2,20 @@
 
 The engine adds one `Usage` per model call (a frozen dataclass: adding is two integer sums,
 no validation), and the same class is the type of `TaskStatus.usage`: as a pydantic field it
-is validated by `_UsageFields` (camelCase or snake_case keys, counts >= 0, unknown keys
-rejected, the CRD schema) and serialized as `inputTokens`, `outputTokens`, `totalTokens`
-(snake_case without `by_alias`). `estimated` stays out of the status: the checkpoint keeps it
+is validated by `_UsageFields` and serialized as `inputTokens`, `outputTokens`,
+`totalTokens` (api/records.py). `estimated` stays out of the status: the checkpoint keeps it
 (engine/state.py, `usageEstimated`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import Field, GetCoreSchemaHandler, SerializationInfo
-from pydantic_core import core_schema
+from pydantic import Field, GetCoreSchemaHandler
 
 from .base import OrdoModel
+from .records import status_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +27,8 @@ class Usage:
     estimated: bool = False
     """True when the server reported no usage and the provider estimated it (characters / 4,
     docs/providers.md); a sum is estimated if any part was. Budgets count estimates too."""
+    _given: frozenset[str] | None = field(default=None, init=False, compare=False, repr=False)
+    """The status fields it was read with; None: ordo built it (api/records.py)."""
 
     @property
     def total_tokens(self) -> int:
@@ -51,14 +52,8 @@ class Usage:
     @classmethod
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_wrap_validator_function(
-            _validate,
-            handler.generate_schema(_UsageFields),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                _serialize, info_arg=True
-            ),
-        )
+    ) -> Any:  # pydantic_core's CoreSchema (pydantic_core is not a declared dependency)
+        return status_record(handler, cls, _UsageFields, _from_fields, _shown)
 
 
 class _UsageFields(OrdoModel):
@@ -72,21 +67,10 @@ class _UsageFields(OrdoModel):
     """Input plus output tokens; budgets (`maxTokens`, `maxTokensPerTask`) count this."""
 
 
-def _validate(value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Usage:
-    """A `Usage` as it is (its counts checked as the API's), or the status's mapping as one
-    (`totalTokens` is derived from the other two, as the engine always wrote it)."""
-    if isinstance(value, Usage):
-        handler(value.to_dict())
-        return value
-    fields: _UsageFields = handler(value)
+def _from_fields(fields: _UsageFields) -> Usage:
+    """`totalTokens` is derived from the other two, as the engine always wrote it."""
     return Usage(fields.input_tokens, fields.output_tokens)
 
 
-def _serialize(usage: Usage, info: SerializationInfo) -> dict[str, int]:
-    if info.by_alias:
-        return usage.to_dict()
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
+def _shown(usage: Usage) -> dict[str, Any]:
+    return usage.to_dict()

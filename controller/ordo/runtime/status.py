@@ -72,16 +72,21 @@ def capped_name(name: str) -> str:
 
 
 def record_model(record: EngineRecord) -> ToolCallRecord:
-    """The engine's record as the API's, every string within its CRD length."""
+    """The engine's record as the status shows it, every string within its CRD length."""
     return ToolCallRecord(
         step=max(1, record.step),
         tool=capped_name(record.tool) or "(empty)",
         decision=record.decision,
-        reason=cap(record.reason, MAX_RECORD_REASON_CHARS) if record.reason else None,
-        outcome=cast(ToolOutcome, record.outcome) if record.outcome else None,
+        reason=cap(record.reason, MAX_RECORD_REASON_CHARS) if record.reason else "",
+        outcome=_outcome(record.outcome),
         call_id=cap(record.call_id, MAX_CALL_ID_CHARS) if record.call_id else None,
         error=cap(record.error, 128) if record.error else None,  # the CRD maxLength
     )
+
+
+def _outcome(outcome: str | None) -> ToolOutcome | None:
+    """The record's outcome (TaskStatus validates it is one of `ToolOutcome`)."""
+    return cast(ToolOutcome, outcome) if outcome else None
 
 
 def progress(state: RunState) -> TaskStatus:
