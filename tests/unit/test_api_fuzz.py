@@ -210,3 +210,15 @@ def test_mangled_yaml_text_never_crashes_validation(
 def test_odd_documents_are_problems_not_crashes(tmp_dir: Path, text: str) -> None:
     mset = _load(tmp_dir, text)
     _check(mset)
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_a_non_finite_number_is_refused_naming_the_field(tmp_dir: Path, value: str) -> None:
+    """YAML's .inf/.nan have no JSON form (stored as null, silently): refused instead."""
+    text = (
+        "apiVersion: ordo.dev/v1alpha1\nkind: Task\nmetadata: {name: t}\n"
+        f"spec: {{agentRef: a, input: {{items: [1, {{ticketId: {value}}}]}}}}\n"
+    )
+    mset = _load(tmp_dir, text)
+    assert not mset.objects
+    assert [str(p.field) for p in mset.errors] == ["spec.input.items[1].ticketId"]

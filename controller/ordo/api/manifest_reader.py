@@ -7,6 +7,7 @@ came from), `Problem` (an error or warning about one) and `ManifestSet` (what `l
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -232,6 +233,36 @@ def read_documents(paths: Iterable[str]) -> tuple[list[Document], list[Problem]]
                     docs.append(Document(source, index, item))
                     index += 1
                 continue
-            docs.append(Document(source, index, body))
+            where = non_finite(body)
+            if where is not None:
+                problems.append(
+                    Problem(
+                        Document(source, index, body),
+                        where,
+                        "not a JSON number (.inf or .nan; the API server stores JSON): "
+                        "write a finite number or a string",
+                    )
+                )
+            else:
+                docs.append(Document(source, index, body))
             index += 1
     return docs, reader.notes + problems
+
+
+def non_finite(value: Any) -> str | None:
+    """The path of the first infinite or NaN float in a YAML document, or None. YAML has
+    `.inf` and `.nan`; JSON has neither, so such a value would be stored as null: refused.
+    Iterative, so a deeply nested document costs no recursion."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path or "."
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                stack.append((f"{path}.{key}" if path else str(key), child))
+        elif isinstance(item, list):
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((f"{path}[{i}]", item[i]))
+    return None
