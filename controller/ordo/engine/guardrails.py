@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from ..api.guardrail import GuardrailAction, GuardrailPoint, PatternGuardrail
+from ..api.guardrail import GuardrailPoint, GuardrailRecord, PatternGuardrail
 from ..api.jsonschema_re2 import compile_pattern
 from ..errors import InvalidOutput
 from . import output as output_mod
@@ -119,37 +119,6 @@ class GuardrailBinding:
     name: str
     points: frozenset[GuardrailPoint]
     check: GuardrailCheck
-
-
-@dataclass(frozen=True, slots=True)
-class GuardrailRecord:
-    """One guardrail that fired, as written to `status.guardrails[]`."""
-
-    step: int
-    point: GuardrailPoint
-    guardrail: str
-    action: GuardrailAction
-    tool: str | None = None
-    cause: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "step": self.step,
-            "point": self.point,
-            "guardrail": self.guardrail,
-            "action": self.action,
-        }
-        if self.tool:
-            d["tool"] = self.tool
-        if self.cause:
-            d["cause"] = self.cause
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GuardrailRecord:
-        return cls(
-            int(d["step"]), d["point"], d["guardrail"], d["action"], d.get("tool"), d.get("cause")
-        )
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..api.task import Reason
+from ..api.task import Reason, ToolDecision
 from . import approvals
 from .governance import bounded_reason
 from .state import RunConfig, RunState, ToolCallRecord
@@ -37,8 +37,8 @@ class Screened:
     Fail`): ToolDenied (governance), GuardrailViolation, ApprovalRejected, ApprovalTimedOut."""
 
 
-def _refuse(call: ToolCall, step: int, decision: str, reason: str, text: str) -> Screened:
-    record = ToolCallRecord(step, call.name, decision, reason, "skipped", call.id)  # type: ignore[arg-type]
+def _refuse(call: ToolCall, step: int, decision: ToolDecision, reason: str, text: str) -> Screened:
+    record = ToolCallRecord(step, call.name, decision, reason, "skipped", call.id)
     return Screened(record, ToolResult(call.id, call.name, text, is_error=True))
 
 

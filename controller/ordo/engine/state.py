@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from ..api.task import Reason
+from ..api.phases import RunPhase, TerminalPhase
+from ..api.task import Reason, ToolCallRecord
 from ..errors import OrdoError
 from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
 from .governance import Governance, OnToolDenied, PolicyRefresh
@@ -24,10 +25,9 @@ __all__ = [
     "ToolCallRecord",
 ]
 
-TerminalPhase = Literal["Succeeded", "Failed", "Cancelled"]
-"""How a run ends (engine/verdicts.py `Finished`)."""
-Phase = Literal[TerminalPhase, "AwaitingApproval"]
-"""`AwaitingApproval` is not terminal: the run stopped to wait for a human (approvals.py)."""
+Phase = RunPhase
+"""How a run stops (api/phases.py): `AwaitingApproval` is not terminal, the run stopped to
+wait for a human (approvals.py); a terminal phase (`TerminalPhase`) ends it."""
 
 
 @dataclass(frozen=True)
@@ -55,47 +55,6 @@ class RunConfig:
     """Seconds a call waits for a decision unless its requirement sets a timeout."""
     clock: Callable[[], float] = field(default=time.time, compare=False)
     """Wall clock (epoch seconds) for approval requests and deadlines."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallRecord:
-    """One decision, as written to `status.toolCalls[]` (never arguments or results)."""
-
-    step: int
-    tool: str
-    decision: Literal["allowed", "denied", "rejected"]
-    reason: str
-    outcome: str | None = None
-    call_id: str | None = None
-    error: str | None = None
-    """Why an allowed call failed, sanitised (`HTTPStatus 503`, `ConnectError`, `Timeout`)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "step": self.step,
-            "tool": self.tool,
-            "decision": self.decision,
-            "reason": self.reason,
-        }
-        if self.outcome:
-            d["outcome"] = self.outcome
-        if self.call_id:
-            d["callId"] = self.call_id
-        if self.error:
-            d["error"] = self.error
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ToolCallRecord:
-        return cls(
-            d["step"],
-            d["tool"],
-            d["decision"],
-            d.get("reason", ""),
-            d.get("outcome"),
-            d.get("callId"),
-            d.get("error"),
-        )
 
 
 @dataclass

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from ..api.task import ToolOutcome
 from ..errors import Interrupted
 from . import guardsteps as guard
 from .events import Checkpoint, Listener, StepFinished, ToolDecided, ToolFinished
@@ -37,6 +38,7 @@ async def _execute(
         await emit(Checkpoint(state))
     started = time.monotonic()
     arguments = call.arguments or {}
+    outcome: ToolOutcome
     cause: str | None = None
     try:
         if binding.timeout:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import Literal
 
+from ..api.phases import RunPhase, TerminalPhase
 from ..api.task import Reason, TaskStatus
 from ..engine.state import RunResult, RunState
 from ..errors import LeaseLost, OrdoError
 from . import status as status_mod
 from .snapshot import Snapshot
 
+__all__ = ["OutcomePhase", "TaskOutcome", "TerminalPhase", "internal_error"]
+
 log = logging.getLogger("ordo.run")
-TerminalPhase = Literal["Succeeded", "Failed", "Cancelled"]
-OutcomePhase = Literal["Succeeded", "Failed", "Cancelled", "AwaitingApproval"]
+OutcomePhase = RunPhase
 """`AwaitingApproval` is not terminal: the run stopped to wait for a human decision."""
 
 
