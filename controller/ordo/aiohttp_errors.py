@@ -1,7 +1,7 @@
 """aiohttp's errors as httpx errors that keep the one fact a retry depends on: was any byte
 of the request sent?
 
-Shared by the two httpx transports over aiohttp (operator/kubetransport.py for the Kubernetes
+Shared by the two httpx transports over aiohttp (operator/kube/transport.py for the Kubernetes
 client, providers/sdk_transport.py for the model SDKs, whose `httpx2` fork has the same error
 classes). Only failures that provably happened before the request left
 (`ClientConnectorError`: refused, DNS, TLS handshake; `ConnectionTimeoutError`: no connection

@@ -7,7 +7,7 @@ API server and ordo always write a zone, so a zone-less value was written by han
 instant is unknown, and one read as the operator's local time would move someone's deadline
 by hours depending on where the operator runs. Every caller treats None as "no timestamp"
 and falls back to its documented conservative reading (an approval deadline in status that
-does not parse is settled against the checkpoint's, operator/approvals.py).
+does not parse is settled against the checkpoint's, operator/tasks/approvals.py).
 
 Accepted: `YYYY-MM-DDTHH:MM:SS`, an optional fraction (any number of digits, cut to
 microseconds), then `Z` or `±HH:MM`; `T` and `Z` in either case (RFC 3339 §5.6); a leap

@@ -47,7 +47,7 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list", "watch")}
     # The ordo.dev/run finalizer (a merge patch of metadata.finalizers, resourceVersion-guarded).
     | {(GROUP, "tasks", "patch")}
-    # A finished Task whose TTL passed (operator/retention.py: resourceVersion-conditional).
+    # A finished Task whose TTL passed (operator/tasks/retention.py: resourceVersion-conditional).
     | {(GROUP, "tasks", "delete")}
     # Status written with merge patches: Task progress and results, Ready conditions.
     | {(GROUP, f"{r}/status", "patch") for r in ORDO_RESOURCES}
@@ -62,7 +62,7 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     }
     # ordo's own Events (core/v1).
     | {("", "events", "create")}
-    # Execution mode Job (operator/jobs.py): the Job ordo-task-<uid> (created, watched by kopf,
+    # Execution mode Job (operator/jobmode/supervisor.py): the Job ordo-task-<uid> (created, watched by kopf,
     # read, deleted to stop it) and its pods (read, to map a failure to a Task reason).
     | {("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")}
     | {("", "pods", v) for v in ("get", "list")}

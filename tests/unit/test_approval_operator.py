@@ -1,5 +1,5 @@
 """Human approval of tool calls (issue 16 §3), operator side: the pure functions of
-operator/approvals.py that decide which ToolApprovals count for a waiting call (`decisions_for`),
+operator/tasks/approvals.py that decide which ToolApprovals count for a waiting call (`decisions_for`),
 whether a Task may resume (`ready`) and what each ToolApproval's `Accepted` condition says
 (`acceptance`). Hostile inputs first: unknown calls, finished Tasks, settled calls, approvals
 older than the Task or later than the deadline, duplicates, reject/approve in either order,

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from ordo.api import REASONS, Agent, Task
 from ordo.operator import main as operator_main
 from ordo.operator.jobmode.supervisor import (
-    JobSettings,
     build_job,
     deadline_seconds,
     finished,
@@ -29,6 +28,7 @@ from ordo.operator.jobmode.supervisor import (
     runs_in_job,
     select_mode,
 )
+from ordo.operator.settings import JobSettings
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = JobSettings(image="registry.example/ordo:1.2.3", service_account="ordo-runner")

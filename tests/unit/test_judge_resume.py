@@ -1,5 +1,5 @@
 """A model judge's `maxCallsPerTask` holds across a resume (issue 23 item 7): the count of judge
-calls is in the run state, so it goes through the checkpoint (operator/checkpoint.py encode
+calls is in the run state, so it goes through the checkpoint (operator/tasks/checkpoint.py encode
 and decode) and a resumed run, with a new judge as a restarted process builds it, goes on
 counting instead of starting again at 0. A checkpoint written before the count existed reads
 as 0 calls."""

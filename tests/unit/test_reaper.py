@@ -1,4 +1,4 @@
-"""The checkpoints of finished Tasks are deleted in batches (operator/reaper.py): one
+"""The checkpoints of finished Tasks are deleted in batches (operator/tasks/reaper.py): one
 `deletecollection` per namespace and flush instead of one DELETE per Task."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finished-Task retention (operator/retention.py): which TTL applies, when a Task is due, and
+"""Finished-Task retention (operator/tasks/retention.py): which TTL applies, when a Task is due, and
 that a changed TTL moves its timer. The deletions themselves: tests/cluster/test_retention.py."""
 
 from __future__ import annotations

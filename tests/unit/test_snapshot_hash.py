@@ -2,7 +2,7 @@
 item 7), versioned so that the upgrade ends nothing that was running: a checkpoint written
 before it carries a hash of the old formula (16 hex digits, no prefix) and is compared against
 that formula; a `v2:` hash against the new one. A resume whose content changed ends
-`Interrupted`, as before (operator/runner.py `_resume_state`)."""
+`Interrupted`, as before (operator/tasks/runner.py `_resume_state`)."""
 
 from __future__ import annotations
 

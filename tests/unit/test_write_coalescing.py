@@ -1,4 +1,4 @@
-"""Coalesced run writes (operator/coalesce.py): which engine checkpoints are written at once,
+"""Coalesced run writes (operator/tasks/coalesce.py): which engine checkpoints are written at once,
 which wait for the flush window, and that a flush never lands after the run ended."""
 
 from __future__ import annotations

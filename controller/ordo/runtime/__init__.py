@@ -4,7 +4,8 @@ providers/tools/memory, and run it with one `execute()` that returns the `api` T
 
 from __future__ import annotations
 
-from .execute import Prepare, Prepared, TaskOutcome, execute, internal_error
+from .execute import Prepare, Prepared, execute
+from .outcome import TaskOutcome, internal_error
 from .resolve import resolve
 from .snapshot import Snapshot
 from .store import ObjectStore

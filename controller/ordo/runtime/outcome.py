@@ -38,7 +38,7 @@ class TaskOutcome:
     state: RunState | None = None
     """How far a run got that ended without a result (an error exit): its step, usage and
     tool calls go into the status. None: no state was known (the operator then keeps what
-    the Task's status already shows, operator/writer.py)."""
+    the Task's status already shows, operator/tasks/writer.py)."""
 
     @property
     def known_state(self) -> RunState | None:

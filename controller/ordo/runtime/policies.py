@@ -30,10 +30,15 @@ from ..api import (
     parse_duration,
 )
 from ..api.agent import Skill
-from ..engine.approvals import ApprovalRule
-from ..engine.governance import Governance, PermissionRule, memory_policy_names
-from ..engine.livepolicy import PolicyRefresh, PolicyUpdate
-from ..engine.state import OnToolDenied
+from ..engine.governance import (
+    ApprovalRule,
+    Governance,
+    OnToolDenied,
+    PermissionRule,
+    PolicyRefresh,
+    PolicyUpdate,
+    memory_policy_names,
+)
 from ..errors import PolicyUnavailable, ResolutionError, StoreError
 from .parsecache import CACHE
 from .store import ObjectStore

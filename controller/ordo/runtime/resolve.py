@@ -8,8 +8,8 @@ from dataclasses import replace
 from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name, parse_duration
 from ..api.agent import Skill
 from ..engine import output as output_mod
-from ..engine.approvals import ApprovalRule, merged
-from ..engine.governance import memory_policy_names
+from ..engine.approvals import merged
+from ..engine.governance import ApprovalRule, memory_policy_names
 from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
 from . import fetch

@@ -15,9 +15,7 @@ from typing import Any
 
 from ..api import Agent, Memory, ModelEndpoint, Task
 from ..api.agent import Skill
-from ..engine.governance import Governance
-from ..engine.livepolicy import PolicyRefresh
-from ..engine.state import OnToolDenied
+from ..engine.governance import Governance, OnToolDenied, PolicyRefresh
 from ..engine.tooling import ResolvedTool
 from .guardrails import ResolvedGuardrail
 

@@ -4,7 +4,7 @@ loop, shared by every call in that loop.
 Why shared: a client per call paid for a new connection pool, a TCP connect and the client's
 own setup on every tool call (about a tenth of the operator's CPU per Task, issue 14); calls
 of one loop now reuse keep-alive connections. Why aiohttp, not httpx: the same reason as the
-Kubernetes API client's transport (`operator/kubetransport.py`): httpcore's per-request cost.
+Kubernetes API client's transport (`operator/kube/transport.py`): httpcore's per-request cost.
 
 What is shared is the connection pool only, never what identifies a caller or a destination:
 - no cookie jar (`DummyCookieJar`): one tool's `Set-Cookie` never reaches another call;
@@ -62,7 +62,7 @@ def _new_session() -> aiohttp.ClientSession:
     )
     # One HTTP request per tool call: aiohttp would repeat a GET, PUT or DELETE once,
     # silently, after a disconnect on a reused connection; the Tool decides whether it is
-    # idempotent, not the method (same switch as operator/kubetransport.py).
+    # idempotent, not the method (same switch as operator/kube/transport.py).
     session._retry_connection = False
     return session
 

@@ -1,5 +1,5 @@
 """Execution mode `Job`, its failures: how a Job that failed (or a pod that cannot start)
-maps to a documented Task reason. Pure, no I/O; the JobSupervisor (jobs.py) acts on the
+maps to a documented Task reason. Pure, no I/O; the JobSupervisor (supervisor.py) acts on the
 verdicts, ending the Task only when its pod cannot.
 """
 

@@ -26,7 +26,7 @@ from typing import Any
 from ... import timestamps
 from ...api import parse_duration
 from ...api.agent import EXECUTION_MODES, ExecutionMode
-from ..settings import JobSettings as JobSettings  # its home before the settings table
+from ..settings import JobSettings
 from ..tasks.ownership import owner_reference
 
 PREFIX = "ordo-task-"

@@ -1,6 +1,6 @@
-"""The scheduler's steps for execution mode `Job` (scheduler.py calls them from `_process`):
-record the mode in the claimed Task's status, create its Job and hand the execution lease to
-the pod, and supervise the Job (through jobs.py:JobSupervisor) until the Task ends. When the
+"""The scheduler's steps for execution mode `Job` (tasks/process.py calls them from
+`TaskProcess.process`): record the mode in the claimed Task's status, create its Job and hand the execution lease to
+the pod, and supervise the Job (through supervisor.py:JobSupervisor) until the Task ends. When the
 Job vanishes while the Task still runs, these return the Task so the scheduler runs it again
 (in a new Job)."""
 

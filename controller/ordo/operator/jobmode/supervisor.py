@@ -1,13 +1,13 @@
 """Execution mode `Job`: one batch/v1 Job per Task, running the same engine in its own pod.
 
-The scheduler (scheduler.py, with the Job-mode steps in jobmode.py) claims the Task and hands
+The scheduler (tasks/scheduler.py, with the Job-mode steps in steps.py) claims the Task and hands
 it to the JobSupervisor here, which creates the Job and watches it while the Task runs; the
-pod runs `ordo run-task` (jobrunner.py), which takes the execution lease and runs the Task
+pod runs `ordo run-task` (podrunner.py), which takes the execution lease and runs the Task
 through the same Runner as the operator's own process.
 
 The pure parts live beside it: mode selection, the settings and the Job manifest (and why
-each of its fields is what it is) in jobspec.py; how a failed Job or a pod that cannot start
-maps to a Task reason in jobfailures.py. This module re-exports both, so `ordo.operator.jobmode.supervisor`
+each of its fields is what it is) in spec.py; how a failed Job or a pod that cannot start
+maps to a Task reason in failures.py. This module re-exports both, so `ordo.operator.jobmode.supervisor`
 still offers every name it did.
 """
 
@@ -25,7 +25,7 @@ from ...api import TERMINAL_PHASES
 from ...engine.state import RunResult
 from ...runtime import TaskOutcome
 from ..kube.client import ApiError, KubeClient
-from ..settings import JobSettings
+from ..settings import JOB_CANCEL_GRACE_SECONDS, JOB_POLL_SECONDS, JobSettings
 from ..tasks.checkpoint import CheckpointStore, decode
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.lease import remaining as lease_remaining
@@ -119,8 +119,8 @@ class JobSupervisor:
         metrics: Metrics,
         settings: JobSettings,
         *,
-        poll_seconds: float = 5.0,
-        cancel_grace_seconds: float = 30.0,
+        poll_seconds: float = JOB_POLL_SECONDS.default,
+        cancel_grace_seconds: float = JOB_CANCEL_GRACE_SECONDS.default,
         stop_timeout_seconds: float = 60.0,
         keep_checkpoints: bool = False,
     ) -> None:

@@ -105,7 +105,7 @@ class Metrics:
             registry=r,
         )
 
-        # -- the watch-fed cache (operator/cache.py) --
+        # -- the watch-fed cache (operator/kube/cache.py) --
         self.cache_synced = Gauge(
             "ordo_cache_synced",
             "1 when the operator's cache of this kind is synced in every watched namespace "
@@ -121,7 +121,7 @@ class Metrics:
             registry=r,
         )
 
-        # -- claims (operator/claim.py): what replicas on the same namespaces lose to each other --
+        # -- claims (operator/tasks/claim.py): what replicas on the same namespaces lose to each other --
         self.claims = Counter(
             "ordo_task_claims_total",
             "Claims of a Task for an execution by outcome: claimed (this process runs it), lost "
