@@ -16,16 +16,15 @@ import pytest
 from ordo.engine import approvals as engine
 from ordo.engine.approvals import PendingApproval
 from ordo.engine.state import RunState
+from ordo.operator.tasks import taskstatus
 from ordo.operator.tasks.approvals import (
     ApprovalGate,
     acceptance,
     awaiting,
-    awaiting_fields,
     decisions_for,
     epoch,
     pending_of,
     ready,
-    resumed_fields,
     rfc3339,
 )
 from ordo.operator.telemetry.metrics import Metrics
@@ -187,7 +186,7 @@ def test_the_status_deadline_never_times_a_call_out_before_the_engine_does() -> 
     state = RunState()
     exact = BORN + 600.7
     state.approvals["c1"] = PendingApproval("c1", "deploy", 1, BORN + 0.7, exact, "Tool deploy")
-    fields = awaiting_fields(state, None)
+    fields = taskstatus.pending_approvals(state, None)
     body = task(pending=fields["pendingApprovals"])
     for now in (BORN + 600.0, BORN + 600.5, exact - 1e-6):
         assert engine.settle(state.approvals["c1"], [], now)[0] == "waiting"
@@ -198,12 +197,12 @@ def test_the_status_deadline_never_times_a_call_out_before_the_engine_does() -> 
 def test_awaiting_and_resumed_fields_name_calls_not_arguments() -> None:
     state = RunState()
     state.approvals["c1"] = PendingApproval("c1", "deploy", 0, BORN, math.inf)
-    fields = awaiting_fields(state, None)
+    fields = taskstatus.pending_approvals(state, None)
     (entry,) = fields["pendingApprovals"]
     assert entry == {"callId": "c1", "tool": "deploy", "step": 1, "requestedAt": ts(BORN)}
     body = {"status": fields}
     assert awaiting(body) and [p.deadline for p in pending_of(body)] == [math.inf]
-    resumed = {"status": resumed_fields(fields["conditions"])}
+    resumed = {"status": taskstatus.resumed(fields["conditions"])}
     assert not awaiting(resumed) and pending_of(resumed) == []
 
 

@@ -83,7 +83,7 @@ def test_phases_have_one_definition() -> None:
 
 
 def _hand_built(state: RunState) -> list[dict[str, object]]:
-    """status.pendingApprovals as operator/tasks/approvals.py `awaiting_fields` wrote it."""
+    """status.pendingApprovals as operator/tasks/taskstatus.py `pending_approvals` writes it."""
     return [
         {
             "callId": p.call_id,

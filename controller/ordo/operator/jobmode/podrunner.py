@@ -39,7 +39,7 @@ from ..settings import LEASE_SECONDS
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.claim import Claim
 from ..tasks.lease import ExecutionLease
-from ..tasks.runner import RunAbandoned, Runner
+from ..tasks.runner import Runner
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
@@ -139,10 +139,9 @@ class TaskRun:
         cancel = asyncio.Event()
         watcher = asyncio.create_task(self._watch(cancel, asyncio.current_task()))
         try:
-            # Runner.run renews the lease while the run lasts and releases it at the end.
+            # Runner.run renews the lease while the run lasts and releases it at the end; an
+            # abandoned run wrote nothing for it: a replacement pod resumes (exit code below).
             await self.runner.run(Claim(body, self.execution_id, lease, resuming), task, cancel)
-        except RunAbandoned:
-            pass  # nothing written for it: a replacement pod resumes (exit code below)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -101,12 +101,6 @@ def deadline_unreadable(body: dict[str, Any]) -> bool:
     )
 
 
-# The Task's status while it waits and once it resumed is written by taskstatus.py (the one
-# writer of Task status); these names stay for callers that still use them.
-awaiting_fields = taskstatus.pending_approvals
-resumed_fields = taskstatus.resumed
-
-
 def decisions_for(
     approvals: Sequence[dict[str, Any]], task: dict[str, Any], call_id: str
 ) -> list[ApprovalDecision]:

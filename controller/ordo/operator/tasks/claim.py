@@ -23,7 +23,7 @@ from ...api import TERMINAL_PHASES
 from ...api.agent import ExecutionMode
 from ..kube.client import ApiError, KubeClient
 from ..telemetry.metrics import Metrics
-from .conditions import now, set_condition
+from . import taskstatus
 from .lease import ExecutionLease, held_elsewhere
 from .writer import FINALIZER
 
@@ -208,11 +208,12 @@ class Claimer:
                     log.info("another process holds the Task's execution lease")
                     self._outcome("held")
                     return Held()
-                patch = self._claim_patch(body, execution_id, resuming, mode)
-                patch["status"]["lease"] = lease.fields()
+                fields = taskstatus.claimed(body, execution_id, resuming, mode, lease.fields())
                 # The earliest send of a claim write: one that failed may still have landed.
                 sent = lease.clock() if sent is None else sent
-                body = await self.client.patch("Task", ns, name, patch, status=True)
+                body = await taskstatus.merge(
+                    self.client, ns, name, fields, resource_version=meta["resourceVersion"]
+                )
                 lease.held_since(sent)
                 self._outcome("claimed")
                 return Claimed(Claim(body, execution_id, lease, resuming))
@@ -239,38 +240,3 @@ class Claimer:
         # Not a verdict on the Task: the job tries again with backoff (giving up here would
         # leave the Task Pending until some other event arrives).
         return NotSettled("claim")
-
-    @staticmethod
-    def _claim_patch(
-        body: dict[str, Any], execution_id: str, resuming: bool, mode: ExecutionMode | None
-    ) -> dict[str, Any]:
-        meta = body["metadata"]
-        status = body.get("status") or {}
-        conditions = set_condition(
-            status.get("conditions"),
-            "Scheduled",
-            "True",
-            "Claimed",
-            f"execution {execution_id} claimed the Task",
-        )
-        conditions = set_condition(
-            conditions,
-            "Running",
-            "True",
-            "Resumed" if resuming else "Started",
-            f"execution {execution_id}",
-        )
-        conditions = set_condition(
-            conditions, "Ready", "False", "Running", "the run has not finished yet"
-        )
-        fields: dict[str, Any] = {
-            "phase": "Running",
-            "executionId": execution_id,
-            "startedAt": status.get("startedAt") or now(),
-            "observedGeneration": meta.get("generation"),
-            "conditions": conditions,
-            "step": status.get("step", 0),
-        }
-        if mode is not None:
-            fields["executionMode"] = mode
-        return {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": fields}

@@ -20,11 +20,11 @@ from ...errors import ResolutionError
 from ...runtime import Snapshot, resolve
 from ...runtime.store import ObjectStore
 from ..kube.client import KubeClient
-from .conditions import set_condition
+from . import taskstatus
 from .recorder import EventRecorder
 
 GRACE_ANNOTATION = "ordo.dev/reference-grace"
-DEFAULT_GRACE_SECONDS = 60.0
+
 RECHECK_SECONDS = 3.0
 WAITABLE = frozenset(
     {"AgentNotFound", "ModelEndpointNotFound", "ToolNotFound", "SecretNotFound", "MemoryNotFound"}
@@ -103,15 +103,11 @@ class ReferenceWait:
         before = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
         if before is not None and before.get("message") == message[:1024]:
             return  # already shown; no second write, no second Event
-        conditions = set_condition(
-            status.get("conditions"), "Ready", "False", "WaitingForReferences", message
-        )
         meta = body["metadata"]
-        await self.client.patch(
-            "Task",
+        await taskstatus.merge(
+            self.client,
             meta["namespace"],
             meta["name"],
-            {"status": {"phase": "Pending", "conditions": conditions}},
-            status=True,
+            taskstatus.waiting_for_references(body, message),
         )
         await self.recorder.post(body, "WaitingForReferences", message[:1024], warning=True)

@@ -25,11 +25,10 @@ from ... import timestamps
 from ...api import Task
 from ...errors import Interrupted
 from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
-from ...runtime import status as status_mod
 from ...runtime.store import ObjectStore
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from . import approvals
+from . import approvals, taskstatus
 from .checkpoint import CheckpointDeleter, CheckpointStore
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
@@ -63,11 +62,6 @@ class Abandoned:
 
 
 RunResult = Finished | Parked | Abandoned
-
-
-class RunAbandoned(Exception):
-    """No longer raised (`Runner.run` returns `Abandoned`); kept while jobmode/podrunner.py
-    still names it in an `except` clause."""
 
 
 class Runner:
@@ -159,9 +153,9 @@ class Runner:
                     checkpoints, snapshot, int(status.get("step") or 0)
                 )
                 if approvals.awaiting(body):  # the waiting calls were decided (or timed out)
-                    fields = approvals.resumed_fields(status.get("conditions"))
-                    await self.writer.client.patch_status_fenced(
-                        "Task", task.namespace, task.name, execution_id, fields
+                    fields = taskstatus.resumed(status.get("conditions"))
+                    await taskstatus.fenced(
+                        self.writer.client, task.namespace, task.name, execution_id, fields
                     )
                     body.setdefault("status", {}).update(fields)
             await self.writer.recorder.post(
@@ -250,10 +244,9 @@ class Runner:
         await checkpoints.save(state)
         meta = body["metadata"]
         status = body.get("status") or {}
-        fields = status_mod.to_patch(status_mod.progress(state))
-        fields.update(approvals.awaiting_fields(state, status.get("conditions")))
-        await self.writer.client.patch_status_fenced(
-            "Task", meta["namespace"], meta["name"], execution_id, fields
+        fields = taskstatus.awaiting_approval(state, status.get("conditions"))
+        await taskstatus.fenced(
+            self.writer.client, meta["namespace"], meta["name"], execution_id, fields
         )
         await self.writer.recorder.post(body, approvals.CONDITION, outcome.message)
         log.info(

@@ -20,13 +20,12 @@ each); `terminal` copies the `TaskStatus` the run produced instead of building i
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from ... import timestamps
 from ...api.agent import ExecutionMode
-from ...api.task import PendingApprovalStatus, TaskLease, TaskStatus
+from ...api.task import TaskLease, TaskStatus
 from ...engine.approvals import awaiting_message
 from ...engine.state import RunState
 from ...runtime import TaskOutcome
@@ -209,19 +208,7 @@ def awaiting_approval(state: RunState, conditions: list[dict[str, Any]] | None) 
 
 def pending_approvals(state: RunState, conditions: list[dict[str, Any]] | None) -> Fields:
     """`pendingApprovals` and condition `AwaitingApproval=True` of a run that waits."""
-    pending = [
-        PendingApprovalStatus(
-            call_id=p.call_id,
-            tool=p.tool,
-            step=max(p.step, 1),
-            requested_at=timestamps.format_seconds(p.requested_at),
-            # rounded up: the gate must never see a call time out before the run does
-            deadline=None
-            if math.isinf(p.deadline)
-            else timestamps.format_seconds(math.ceil(p.deadline)),
-        )
-        for p in list(state.approvals.values())[:64]
-    ]
+    pending = status_mod.pending_approvals(state)  # its one home (runtime/status.py)
     return {
         **_present(TaskStatus(pending_approvals=pending)),
         "conditions": set_condition(
