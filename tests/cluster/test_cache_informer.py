@@ -39,8 +39,8 @@ from ordo.api import Agent
 from ordo.errors import PolicyUnavailable, StoreError
 from ordo.operator.kube.cache import CachedStore, ObjectCache
 from ordo.operator.kube.client import KubeClient
+from ordo.operator.lifecycle.scheduler import TaskScheduler
 from ordo.operator.settings import SchedulerSettings
-from ordo.operator.tasks.scheduler import TaskScheduler
 from ordo.operator.telemetry.metrics import Metrics
 from ordo.runtime.policies import permissions, selecting_policies
 from ordo_devcluster import ControlPlane

@@ -1,5 +1,5 @@
 """Finished-Task retention on the real control plane: `spec.ttlSecondsAfterFinished` and the
-operator's `--task-ttl` (operator/tasks/retention.py). Timing is never asserted: deletions are
+operator's `--task-ttl` (operator/lifecycle/retention.py). Timing is never asserted: deletions are
 polled for with generous bounds, and "kept" is checked after another Task's later deadline
 has passed."""
 

@@ -47,7 +47,7 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list", "watch")}
     # The ordo.dev/run finalizer (a merge patch of metadata.finalizers, resourceVersion-guarded).
     | {(GROUP, "tasks", "patch")}
-    # A finished Task whose TTL passed (operator/tasks/retention.py: resourceVersion-conditional).
+    # A finished Task whose TTL passed (operator/lifecycle/retention.py: resourceVersion-conditional).
     | {(GROUP, "tasks", "delete")}
     # Status written with merge patches: Task progress and results, Ready conditions.
     | {(GROUP, f"{r}/status", "patch") for r in ORDO_RESOURCES}

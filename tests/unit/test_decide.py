@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ordo.operator.tasks import decide as d
-from ordo.operator.tasks.view import TaskView
+from ordo.operator.lifecycle import decide as d
+from ordo.operator.lifecycle.view import TaskView
 from ordo.operator.tasks.writer import FINALIZER
 
 ME = "replica-a"

@@ -1,4 +1,4 @@
-"""The bounded loop of a Task's job (operator/tasks/job.py) and how a run ends
+"""The bounded loop of a Task's job (operator/lifecycle/job.py) and how a run ends
 (runner.py): only failures consume attempts (transient API failures, a claim that did not
 settle, an abandoned run), waiting (references, caches, approvals) does not; a run whose
 lease is lost ends `Abandoned` before its next side effect and writes nothing."""
@@ -14,10 +14,10 @@ import pytest
 
 from ordo.operator.kube.cache import NotSynced
 from ordo.operator.kube.client import ApiError
-from ordo.operator.tasks import job as job_mod
+from ordo.operator.lifecycle import job as job_mod
+from ordo.operator.lifecycle.job import Done, Job, Step, Unsynced, attempts
 from ordo.operator.tasks import runner as runner_mod
 from ordo.operator.tasks.claim import Claim, NotSettled
-from ordo.operator.tasks.job import Done, Job, Step, Unsynced, attempts
 from ordo.operator.tasks.references import Missing
 from ordo.operator.tasks.runner import Abandoned, Parked, Runner
 

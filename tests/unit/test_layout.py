@@ -1,6 +1,6 @@
 """The layout holds (issue 24 §5): no module of the package is over 400 lines, and the code map
 in docs/development.md ("Map of the code") names every module by its path below
-controller/ordo (`operator/tasks/scheduler.py`; `__init__.py` files excepted), and no module
+controller/ordo (`operator/lifecycle/scheduler.py`; `__init__.py` files excepted), and no module
 that is not there any more."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ MAX_LINES = 400
 MAP_HEADING = "## Map of the code"
 
 PATH = re.compile(r"(?<![\w/.])((?:[a-z_][a-z0-9_]*/)*[a-z_][a-z0-9_]*\.py)\b")
-"""A module path as the map writes it: `operator/tasks/scheduler.py`, `errors.py`."""
+"""A module path as the map writes it: `operator/lifecycle/scheduler.py`, `errors.py`."""
 
 
 def modules() -> list[str]:
@@ -40,8 +40,8 @@ def named(text: str) -> set[str]:
 
 
 def test_the_path_pattern_reads_module_paths_as_the_map_writes_them() -> None:
-    text = "`operator/tasks/scheduler.py` and errors.py, not controller/ordo/x.py or a.pyc"
-    assert named(text) == {"operator/tasks/scheduler.py", "errors.py", "controller/ordo/x.py"}
+    text = "`operator/lifecycle/scheduler.py` and errors.py, not controller/ordo/x.py or a.pyc"
+    assert named(text) == {"operator/lifecycle/scheduler.py", "errors.py", "controller/ordo/x.py"}
 
 
 def test_no_module_is_over_400_lines() -> None:

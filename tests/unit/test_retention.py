@@ -1,4 +1,4 @@
-"""Finished-Task retention (operator/tasks/retention.py): which TTL applies, when a Task is due, and
+"""Finished-Task retention (operator/lifecycle/retention.py): which TTL applies, when a Task is due, and
 that a changed TTL moves its timer. The deletions themselves: tests/cluster/test_retention.py."""
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from pydantic import ValidationError
 
 from ordo.api.task import TASK_SPEC_IMMUTABLE, TaskSpec
 from ordo.operator.kube.client import KubeClient
-from ordo.operator.tasks.retention import Retention, due_at, finished_at, parse_time, ttl_seconds
+from ordo.operator.lifecycle.retention import (
+    Retention,
+    due_at,
+    finished_at,
+    parse_time,
+    ttl_seconds,
+)
 from ordo.operator.telemetry.metrics import Metrics
 
 T0 = parse_time("2030-01-01T00:00:00Z")

@@ -15,9 +15,9 @@ import kopf
 import pytest
 
 from ordo.operator.kube.client import KubeClient
-from ordo.operator.tasks import process as process_mod
-from ordo.operator.tasks.decide import Graces
-from ordo.operator.tasks.scheduler import TaskScheduler
+from ordo.operator.lifecycle import process as process_mod
+from ordo.operator.lifecycle.decide import Graces
+from ordo.operator.lifecycle.scheduler import TaskScheduler
 from ordo.operator.tasks.writer import FINALIZER
 
 

@@ -15,7 +15,8 @@ import pytest
 from ordo import timestamps
 from ordo.operator.jobmode import failures as jobfailures
 from ordo.operator.jobmode import spec as jobspec
-from ordo.operator.tasks import approvals, lease, references, retention, runner
+from ordo.operator.lifecycle import retention
+from ordo.operator.tasks import approvals, lease, references, runner
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
 """2026-01-02T03:04:05Z"""

@@ -18,11 +18,11 @@ from . import settings as table
 from .jobmode.supervisor import COMPONENT, MANAGED_BY
 from .kube.cache import CachedStore, ObjectCache
 from .kube.client import KubeClient, login
+from .lifecycle.feed import TaskFeed
+from .lifecycle.retention import Retention
+from .lifecycle.scheduler import TaskScheduler
 from .readiness.reconciler import ReadinessReconciler
 from .settings import JobSettings, SchedulerSettings
-from .tasks.feed import TaskFeed
-from .tasks.retention import Retention
-from .tasks.scheduler import TaskScheduler
 from .telemetry.health import HealthServer, PortInUse
 from .telemetry.metrics import Metrics
 

@@ -1,4 +1,4 @@
-"""The scheduler's steps for execution mode `Job` (tasks/process.py calls them from
+"""The scheduler's steps for execution mode `Job` (lifecycle/process.py calls them from
 `TaskProcess.process`): record the mode in the claimed Task's status, create its Job and hand the execution lease to
 the pod, and supervise the Job (through supervisor.py:JobSupervisor) until the Task ends. When the
 Job vanishes while the Task still runs, these return the Task so the scheduler runs it again

@@ -1,6 +1,6 @@
 """Execution mode `Job`: one batch/v1 Job per Task, running the same engine in its own pod.
 
-The scheduler (tasks/scheduler.py, with the Job-mode steps in steps.py) claims the Task and hands
+The scheduler (lifecycle/scheduler.py, with the Job-mode steps in steps.py) claims the Task and hands
 it to the JobSupervisor here, which creates the Job and watches it while the Task runs; the
 pod runs `ordo run-task` (podrunner.py), which takes the execution lease and runs the Task
 through the same Runner as the operator's own process.

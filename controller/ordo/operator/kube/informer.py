@@ -19,7 +19,7 @@ Memory: only what the API returns for the kind, minus `metadata.managedFields` a
 are often larger than the spec). Objects are replaced, never mutated, so a reader holding a
 body keeps a consistent snapshot.
 
-Events (`on_event`, for a feed such as tasks/feed.py): `ADDED`/`MODIFIED`/`DELETED` as the
+Events (`on_event`, for a feed such as lifecycle/feed.py): `ADDED`/`MODIFIED`/`DELETED` as the
 watch reports them; after every LIST, `DELETED` for each object the LIST no longer returned
 (deleted while the watch was down), then None for each object it returned (as kopf reports
 listed objects). With `index=False` the informer keeps only each object's name, namespace

@@ -1,1 +1,1 @@
-"""The Task lifecycle: the scheduler (one job per Task), claims and leases, the runner, checkpoints and coalesced writes, the status writer, approvals, retention."""
+"""Running one Task: claims and execution leases, the runner, checkpoints and coalesced writes, the one writer of Task status, Events, approvals and the checkpoint reaper (the lifecycle room decides when; this room does it)."""

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .approvals import CONDITION as AWAITING_APPROVAL
-from .lease import remaining
-from .writer import FINALIZER
+from ..tasks.approvals import CONDITION as AWAITING_APPROVAL
+from ..tasks.lease import remaining
+from ..tasks.writer import FINALIZER
 
 
 @dataclass(frozen=True, slots=True)

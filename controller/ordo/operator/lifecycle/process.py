@@ -1,6 +1,6 @@
 """One attempt of a Task's job (job.py runs them in its bounded loop): wait for the caches
 and for approvals, for another holder's lease and for capacity, reserve a new Task, check
-its references, claim it (claim.py) and run it (runner.py, or a batch Job: jobmode/). Each
+its references, claim it (tasks/claim.py) and run it (tasks/runner.py, or a batch Job: jobmode/). Each
 ends in a `Step` value; none is reported through a side channel.
 
 State lives in the object: the claim and progress in `status`, the transcript in a
@@ -25,13 +25,13 @@ from ..jobmode.steps import NO_RUNNER_IMAGE, record_mode, resume_supervision, ru
 from ..jobmode.supervisor import runs_in_job, select_mode
 from ..kube.cache import NotSynced
 from ..kube.client import ApiError
-from .capacity import SLOT, TAKEN, acquire, mark_waiting
-from .claim import Claimed, Held, Lost, NotSettled
+from ..tasks.capacity import SLOT, TAKEN, acquire, mark_waiting
+from ..tasks.claim import Claimed, Held, Lost, NotSettled
+from ..tasks.references import Missing
+from ..tasks.runner import Finished
+from ..tasks.taskstore import SecretsReadOnce
+from ..tasks.writer import FINALIZER
 from .job import Done, Job, Step
-from .references import Missing
-from .runner import Finished
-from .taskstore import SecretsReadOnce
-from .writer import FINALIZER
 
 if TYPE_CHECKING:
     from .scheduler import TaskScheduler

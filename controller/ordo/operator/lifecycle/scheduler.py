@@ -6,8 +6,8 @@ a `TaskView` (view.py), asks the pure `decide` (decide.py) for an `Action`, and 
 here: the dispatcher `_apply` is the only code that touches timers, jobs and spawned writes.
 A `StartJob` starts the Task's job (job.py: its state and bounded loop of attempts), whose
 attempt (process.py) waits for another holder's lease and for capacity, reserves and claims
-the Task (claim.py) and runs it (runner.py) or supervises its batch Job (jobmode/); each
-ends in a typed result (`Claimed | Lost | Held | NotSettled`, `Finished | Parked |
+the Task (tasks/claim.py) and runs it (tasks/runner.py) or supervises its batch Job
+(jobmode/); each ends in a typed result (`Claimed | Lost | Held | NotSettled`, `Finished | Parked |
 Abandoned`).
 
 References (the Agent for the execution mode, the GitOps pre-check, the run's resolution) are
@@ -34,10 +34,14 @@ from ..kube.cache import ObjectCache
 from ..kube.client import ApiError, KubeClient
 from ..kube.store import KubeStore
 from ..settings import SchedulerSettings
+from ..tasks.approvals import ApprovalGate
+from ..tasks.claim import Claimer
+from ..tasks.reaper import CheckpointReaper
+from ..tasks.references import ReferenceWait
+from ..tasks.runner import Runner
+from ..tasks.writer import TaskWriter
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from .approvals import ApprovalGate
-from .claim import Claimer
 from .decide import (
     Action,
     Graces,
@@ -54,11 +58,7 @@ from .decide import (
 )
 from .job import Job, attempts
 from .process import TaskProcess
-from .reaper import CheckpointReaper
-from .references import ReferenceWait
-from .runner import Runner
 from .view import TaskView
-from .writer import TaskWriter
 
 log = logging.getLogger("ordo.operator")
 
@@ -115,7 +115,7 @@ class TaskScheduler:
             keep_checkpoints=self.settings.keep_checkpoints,
         )
         self.capacity = asyncio.Semaphore(self.settings.max_concurrent_tasks)
-        """The slots of --max-concurrent-tasks (capacity.py waits for one)."""
+        """The slots of --max-concurrent-tasks (tasks/capacity.py waits for one)."""
         self.graces = Graces(self.settings.lease_seconds)
         """The waits `decide` uses (its lease period follows the settings')."""
         self._jobs: dict[str, Job] = {}

@@ -30,8 +30,8 @@ from ... import timestamps
 from ...api import TERMINAL_PHASES
 from ..jobmode import supervisor as jobs
 from ..kube.client import ApiError, KubeClient
+from ..tasks import checkpoint
 from ..telemetry.metrics import Metrics
-from . import checkpoint
 
 log = logging.getLogger("ordo.operator")
 

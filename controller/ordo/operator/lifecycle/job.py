@@ -22,9 +22,9 @@ from typing import Any, assert_never
 
 from ..kube.cache import NotSynced
 from ..kube.client import ApiError
-from .claim import NotSettled
-from .references import Missing
-from .runner import Abandoned, Parked
+from ..tasks.claim import NotSettled
+from ..tasks.references import Missing
+from ..tasks.runner import Abandoned, Parked
 from .view import TaskView
 
 RETRY_FIRST_SECONDS = 2.0

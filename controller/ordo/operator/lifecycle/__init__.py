@@ -1,0 +1,1 @@
+"""The Task lifecycle, decided then acted on: a watch event read once (view), the pure decision (decide), the scheduler that applies it, one job per Task (job) and its attempts (process), which claim and run through tasks/ or jobmode/; and the retention of finished Tasks."""
