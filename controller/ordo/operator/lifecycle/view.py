@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..tasks.approvals import CONDITION as AWAITING_APPROVAL
+from ..jobmode.spec import runs_in_job
+from ..tasks.approvals import awaiting
 from ..tasks.lease import remaining
 from ..tasks.writer import FINALIZER
 
@@ -70,12 +71,7 @@ class TaskView:
             return None
         status = body.get("status") or {}
         phase = status.get("phase")
-        awaiting = False
-        for c in status.get("conditions") or ():
-            if c.get("type") == AWAITING_APPROVAL:
-                awaiting = c.get("status") == "True"
-                break
-        in_job = phase == "Running" and status.get("executionMode") == "Job"
+        in_job = runs_in_job(body)
         holder: str | None = None
         if phase == "Running" and not in_job:
             lease = status.get("lease")
@@ -87,7 +83,7 @@ class TaskView:
             phase,
             FINALIZER in (meta.get("finalizers") or ()),
             bool(meta.get("deletionTimestamp")) or bool((body.get("spec") or {}).get("cancel")),
-            awaiting,
+            awaiting(body),
             in_job,
             holder,
             event_type == "DELETED",

@@ -124,20 +124,6 @@ def claimed(
     return fields
 
 
-def claim_patch(
-    body: dict[str, Any],
-    execution_id: str,
-    resuming: bool,
-    mode: ExecutionMode | None = None,
-    lease: Fields | None = None,
-) -> dict[str, Any]:
-    """The claim as a merge patch conditional on the resourceVersion of `body`."""
-    return {
-        "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
-        "status": claimed(body, execution_id, resuming, mode, lease),
-    }
-
-
 def execution_mode(mode: ExecutionMode) -> Fields:
     """Where the claimed Task runs (`InProcess` or `Job`)."""
     return _given(TaskStatus(execution_mode=mode))
