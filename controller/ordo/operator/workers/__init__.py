@@ -1,0 +1,1 @@
+"""Runs in worker processes, apart from the control process (issue 25)."""
