@@ -14,6 +14,7 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
+from . import jobsettings as jobtable
 from . import settings as table
 from .jobmode.supervisor import COMPONENT, MANAGED_BY
 from .kube.cache import CachedStore, ObjectCache
@@ -44,8 +45,8 @@ class OperatorConfig:
     peering: str | None = table.PEERING.default
     default_execution_mode: ExecutionMode = table.DEFAULT_EXECUTION_MODE.default
     job: JobSettings = field(default_factory=JobSettings)
-    job_poll_seconds: float = table.JOB_POLL_SECONDS.default
-    job_cancel_grace_seconds: float = table.JOB_CANCEL_GRACE_SECONDS.default
+    job_poll_seconds: float = jobtable.JOB_POLL_SECONDS.default
+    job_cancel_grace_seconds: float = jobtable.JOB_CANCEL_GRACE_SECONDS.default
     reference_grace_seconds: float = table.REFERENCE_GRACE.default
     approval_timeout_seconds: float | None = table.APPROVAL_TIMEOUT.default
     """Default wait for a human decision on a tool call (None: the engine's, the same 24h)."""

@@ -16,19 +16,19 @@ from typing import Any
 from ..api.agent import ExecutionMode
 from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
 from .flags import Setting, duration_seconds, parse_quantities, workers_flag
-from .jobsettings import (  # re-exported: the table is one, read from here
-    JOB_BACKOFF_LIMIT as JOB_BACKOFF_LIMIT,
-    JOB_CANCEL_GRACE_SECONDS as JOB_CANCEL_GRACE_SECONDS,
-    JOB_DEADLINE_GRACE_SECONDS as JOB_DEADLINE_GRACE_SECONDS,
-    JOB_ENV as JOB_ENV,
-    JOB_IMAGE as JOB_IMAGE,
-    JOB_IMAGE_PULL_GRACE_SECONDS as JOB_IMAGE_PULL_GRACE_SECONDS,
-    JOB_IMAGE_PULL_POLICY as JOB_IMAGE_PULL_POLICY,
-    JOB_LIMITS as JOB_LIMITS,
-    JOB_POLL_SECONDS as JOB_POLL_SECONDS,
-    JOB_REQUESTS as JOB_REQUESTS,
-    JOB_SERVICE_ACCOUNT as JOB_SERVICE_ACCOUNT,
-    JOB_TTL_SECONDS as JOB_TTL_SECONDS,
+from .jobsettings import (
+    JOB_BACKOFF_LIMIT,
+    JOB_CANCEL_GRACE_SECONDS,
+    JOB_DEADLINE_GRACE_SECONDS,
+    JOB_ENV,
+    JOB_IMAGE,
+    JOB_IMAGE_PULL_GRACE_SECONDS,
+    JOB_IMAGE_PULL_POLICY,
+    JOB_LIMITS,
+    JOB_POLL_SECONDS,
+    JOB_REQUESTS,
+    JOB_SERVICE_ACCOUNT,
+    JOB_TTL_SECONDS,
 )
 
 # -- the table -------------------------------------------------------------------------------

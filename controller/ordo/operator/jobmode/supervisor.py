@@ -24,8 +24,9 @@ from typing import Any
 from ...api import TERMINAL_PHASES
 from ...engine.state import RunResult
 from ...runtime import TaskOutcome
+from ..jobsettings import JOB_CANCEL_GRACE_SECONDS, JOB_POLL_SECONDS
 from ..kube.client import ApiError, KubeClient
-from ..settings import JOB_CANCEL_GRACE_SECONDS, JOB_POLL_SECONDS, JobSettings
+from ..settings import JobSettings
 from ..tasks.checkpoint import CheckpointStore, decode
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.lease import remaining as lease_remaining
