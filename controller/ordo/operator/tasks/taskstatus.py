@@ -132,6 +132,12 @@ def execution_mode(mode: ExecutionMode) -> Fields:
 # -- the lease ---------------------------------------------------------------------------
 
 
+def worker_lost(losses: int) -> Fields:
+    """`status.workerLosses`: the times an operator worker was lost while running the Task
+    (workers/; at WORKER_LOSS_LIMIT the Task ends `WorkerLost`)."""
+    return _given(TaskStatus(worker_losses=losses))
+
+
 def lease(holder: str, duration_seconds: int) -> Fields:
     """`status.lease` as `holder` writes it now (renewTime with microseconds, its clock)."""
     model = TaskLease(
