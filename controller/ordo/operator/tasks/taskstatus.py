@@ -145,7 +145,7 @@ def lease(holder: str, duration_seconds: int) -> Fields:
         renew_time=timestamps.format_micros(time.time()),
         duration_seconds=duration_seconds,
     )
-    return model.model_dump(by_alias=True, mode="json")
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _fenced_by_holder(execution_id: str, holder: str, *ops: dict[str, Any]) -> JsonPatch:
