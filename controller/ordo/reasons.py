@@ -39,6 +39,5 @@ Reason = Literal[
     "ApprovalRejected",
     "ApprovalTimedOut",
     "AwaitingApproval",
-    "WorkerLost",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]

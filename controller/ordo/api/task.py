@@ -238,12 +238,7 @@ class TaskLease(OrdoModel):
     """When the holder last renewed it (RFC 3339, microseconds; the holder's clock)."""
     duration_seconds: Annotated[int, Field(ge=0)]
     """Another process may take the Task over `durationSeconds` after `renewTime`; 0 means
-    released. With `holderLease`, the holder does not renew it here: it is how long a
-    process that does not read process Leases (an ordo before them) must wait."""
-    holder_lease: Annotated[str, Field(max_length=317)] | None = None
-    """`<namespace>/<name>` of the holder's `coordination.k8s.io` Lease, one per operator
-    process: while that Lease is renewed the holder is alive and keeps the Task; absent for a
-    holder that renews `renewTime` itself (a Job pod)."""
+    released."""
 
 
 class TaskStatus(OrdoModel):
@@ -261,9 +256,6 @@ class TaskStatus(OrdoModel):
     `Succeeded`."""
     execution_id: Annotated[str, Field(max_length=64)] | None = None
     """Id of the execution that claimed the Task."""
-    worker_losses: Annotated[int, Field(ge=0)] | None = None
-    """Times an operator worker process was lost (killed for a stall, or died) while running
-    the Task; at the second the Task ends `WorkerLost` instead of being resumed again."""
     agent_generation: Annotated[int, Field(ge=0)] | None = None
     """The Agent's metadata.generation at resolution."""
     snapshot_hash: Annotated[str, Field(max_length=128)] | None = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.agent import ExecutionMode
 from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
-from .flags import Setting, duration_seconds, parse_quantities, workers_flag
+from .flags import Setting, duration_seconds, parse_quantities
 from .jobsettings import (
     JOB_BACKOFF_LIMIT,
     JOB_CANCEL_GRACE_SECONDS,
@@ -114,48 +114,6 @@ LEASE_SECONDS = Setting[float](
     metavar="S",
     chart=("operator.leaseSeconds",),
 )
-WORKERS = Setting[str](
-    "workers",
-    "--workers",
-    "auto",
-    "worker processes that execute the runs (each an event loop with many runs), apart "
-    "from the control process that keeps the watches, caches, claims, leases, health and "
-    "metrics; auto: the CPUs the container may use (its cgroup quota), at least 1; 0 runs "
-    "every Task on the control process's own loop (development only)",
-    type=workers_flag,
-    metavar="N|auto",
-    chart=("operator.workers",),
-)
-WORKER_STALL_SECONDS = Setting[float](
-    "worker_stall_seconds",
-    "--worker-stall-seconds",
-    10.0,
-    "a worker whose event loop does not answer its heartbeat this long is killed and "
-    "replaced, and its runs resume elsewhere from their checkpoints; a Task in a worker "
-    "lost twice ends WorkerLost",
-    type=float,
-    unit="seconds",
-    metavar="S",
-    chart=("operator.workerStallSeconds",),
-)
-WORKER_HEARTBEAT_SECONDS = Setting[float](
-    "worker_heartbeat_seconds",
-    None,
-    1.0,
-    "how often the control process sends each worker its heartbeat (and how long the "
-    "worker may still trust the process Lease)",
-    unit="seconds",
-    section="internal",
-)
-LEASE_NAMESPACE = Setting[str](
-    "lease_namespace",
-    "--lease-namespace",
-    "",
-    "namespace of this process's coordination.k8s.io Lease (one per operator process, "
-    "renewed every few seconds; Tasks name it as their holder); default: $POD_NAMESPACE, "
-    "else the ServiceAccount's namespace, else default",
-    metavar="NS",
-)
 RESYNC_SECONDS = Setting[float](
     "resync_seconds",
     "--resync-seconds",
@@ -233,10 +191,6 @@ SETTINGS: tuple[Setting[Any], ...] = (
     PEERING,
     KEEP_CHECKPOINTS,
     LEASE_SECONDS,
-    LEASE_NAMESPACE,
-    WORKERS,
-    WORKER_STALL_SECONDS,
-    WORKER_HEARTBEAT_SECONDS,
     RESYNC_SECONDS,
     REFERENCE_GRACE,
     APPROVAL_TIMEOUT,
@@ -317,14 +271,3 @@ class SchedulerSettings:
     approval_timeout: float | None = APPROVAL_TIMEOUT.default
     """Seconds a tool call waits for a human decision (`--approval-timeout`; None: the
     engine's default, the same 24h)."""
-    workers: int = 0
-    """Worker processes that execute the runs (`--workers`, resolved: `ordo operator`
-    passes the cgroup's CPUs for auto); 0 runs them on this process's loop (the default
-    of a scheduler built directly, as the unit tests do)."""
-    worker_stall_seconds: float = WORKER_STALL_SECONDS.default
-    """A worker that does not answer its heartbeat this long is killed and replaced."""
-    worker_heartbeat_seconds: float = WORKER_HEARTBEAT_SECONDS.default
-    """How often the control process sends each worker its heartbeat."""
-    lease_namespace: str = "default"
-    """Namespace of this process's coordination.k8s.io Lease (resolved: `ordo operator`
-    reads --lease-namespace, $POD_NAMESPACE or the ServiceAccount's namespace)."""

@@ -132,12 +132,6 @@ def execution_mode(mode: ExecutionMode) -> Fields:
 # -- the lease ---------------------------------------------------------------------------
 
 
-def worker_lost(losses: int) -> Fields:
-    """`status.workerLosses`: the times an operator worker was lost while running the Task
-    (workers/; at WORKER_LOSS_LIMIT the Task ends `WorkerLost`)."""
-    return _given(TaskStatus(worker_losses=losses))
-
-
 def lease(holder: str, duration_seconds: int) -> Fields:
     """`status.lease` as `holder` writes it now (renewTime with microseconds, its clock)."""
     model = TaskLease(
@@ -145,7 +139,7 @@ def lease(holder: str, duration_seconds: int) -> Fields:
         renew_time=timestamps.format_micros(time.time()),
         duration_seconds=duration_seconds,
     )
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return model.model_dump(by_alias=True, mode="json")
 
 
 def _fenced_by_holder(execution_id: str, holder: str, *ops: dict[str, Any]) -> JsonPatch:
