@@ -114,7 +114,7 @@ async def test_lease_renewer_survives_transient_faults_and_loses_only_to_another
     period = lease.duration / 3
     assert await lease.acquire()
     lost = asyncio.Event()
-    renewer = asyncio.create_task(lease.renew_until_cancelled(lost.set))
+    renewer = asyncio.create_task(lease.keep(lost.set))
 
     async def renew_time() -> str:
         body = await api.get("Task", namespace, "t1")
@@ -184,7 +184,7 @@ async def test_lease_is_lost_when_it_expires_without_a_renewal(
     assert await lease.acquire()
     faults.fail_always(Fault.RESET, path_contains="/tasks/t1/status")
     lost = asyncio.Event()
-    renewer = asyncio.create_task(lease.renew_until_cancelled(lost.set))
+    renewer = asyncio.create_task(lease.keep(lost.set))
     try:
         await asyncio.wait_for(lost.wait(), timeout=lease.duration + 2.0)
         await asyncio.wait_for(renewer, timeout=2.0)

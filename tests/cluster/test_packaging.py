@@ -38,6 +38,7 @@ from tests.support.operator import (
 from tests.support.packaging import (
     CHART,
     GROUP,
+    LEASE_RULES,
     MANIFESTS,
     OPERATOR_RULES,
     ROOT,
@@ -201,20 +202,29 @@ def can_i_matrix(
     denied: list[str],
     *,
     cluster_wide: bool,
+    lease_namespace: str | None = None,
 ) -> int:
     """Ask the API server every question; return how many were asked. Every ordo kind (and its
     status), Secrets, ConfigMaps, Events and Leases with every verb in `granted` namespaces
     (allowed exactly when in OPERATOR_RULES) and in `denied` namespaces (never allowed); kinds
     the operator never touches; cluster-scoped requests. `cluster_wide`: a ClusterRole, so the
     operator's namespaced rules also hold across all namespaces. A sample of the questions is
-    also put to `kubectl auth can-i --as`, which must agree."""
+    also put to `kubectl auth can-i --as`, which must agree. In `lease_namespace` (the
+    release namespace) LEASE_RULES are allowed too."""
     questions: list[Question] = []
+
+    def granted_in(ns: str, rule: tuple[str, str, str]) -> bool:
+        return (ns in granted and rule in OPERATOR_RULES) or (
+            ns == lease_namespace and rule in LEASE_RULES
+        )
+
     core = [("", "secrets"), ("", "configmaps"), ("", "events"), ("coordination.k8s.io", "leases")]
     kinds = [(GROUP, k) for k in ORDO_KINDS] + core
-    for ns in granted + denied:
+    namespaces = granted + denied + ([lease_namespace] if lease_namespace else [])
+    for ns in dict.fromkeys(namespaces):
         for group, kind in kinds:
             for verb in ORDO_VERBS:
-                allowed = ns in granted and (group, kind, verb) in OPERATOR_RULES
+                allowed = granted_in(ns, (group, kind, verb))
                 questions.append((ns, group, kind, verb, allowed))
         for kind in ORDO_KINDS:
             for verb in STATUS_VERBS:
@@ -495,7 +505,12 @@ def test_chart_defaults_equal_the_kustomize_base(tmp_path: Path) -> None:
             {"kind": "ServiceAccount", "name": account["name"], "namespace": "ordo-system"}
         ]
         assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
-        assert not of_kind(docs, "Role", "RoleBinding")
+        # One Role besides: the process Leases, in the operator's own namespace.
+        role, role_binding = one(docs, "Role"), one(docs, "RoleBinding")
+        assert role["metadata"]["namespace"] == "ordo-system"
+        assert expand_rules(role["rules"]) == set(LEASE_RULES)
+        assert role_binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert role_binding["subjects"] == binding["subjects"]
     # The same CRDs.
     crds = {d["metadata"]["name"]: d for d in of_kind(chart, "CustomResourceDefinition")}
     assert crds == {d["metadata"]["name"]: d for d in of_kind(base, "CustomResourceDefinition")}
@@ -578,8 +593,43 @@ def test_chart_namespaced_install_creates_nothing_cluster_wide(tmp_path: Path) -
 
 
 def _operator(doc: dict[str, Any]) -> bool:
-    """The operator's own object (not the Job-mode runner's)."""
-    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    """The operator's own object in a watched namespace (not the Job-mode runner's, nor the
+    process Leases' Role in the release namespace)."""
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "operator" and not doc[
+        "metadata"
+    ]["name"].endswith("-leases")
+
+
+def _runner(doc: dict[str, Any]) -> bool:
+    """The Job-mode runner's object."""
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "task-runner"
+
+
+def test_chart_grants_the_process_leases_in_the_release_namespace_only(tmp_path: Path) -> None:
+    """Every shard's ServiceAccount may keep its processes' Leases in the release namespace,
+    and no Lease rule exists anywhere else."""
+    docs = helm_template(
+        tmp_path,
+        namespace="ordo-system",
+        values={
+            "shards": [
+                {"name": "a", "namespaces": ["team-a"]},
+                {"name": "b", "namespaces": ["team-b"]},
+            ]
+        },
+    )
+    leases = [
+        d for d in of_kind(docs, "Role", "RoleBinding") if d["metadata"]["name"].endswith("-leases")
+    ]
+    role, binding = one(leases, "Role"), one(leases, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ordo-system"
+    assert expand_rules(role["rules"]) == set(LEASE_RULES)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"ordo-{shard}", "namespace": "ordo-system"}
+        for shard in ("a", "b")
+    ]
+    others = [d for d in of_kind(docs, "Role", "ClusterRole") if d is not role]
+    assert not any("leases" in str(d.get("rules")) for d in others)
 
 
 def test_chart_creates_the_runner_account_in_each_watched_namespace(tmp_path: Path) -> None:
@@ -588,7 +638,7 @@ def test_chart_creates_the_runner_account_in_each_watched_namespace(tmp_path: Pa
         values={"watchNamespaces": ["team-a", "team-b"], "jobs": {"secretNames": ["model-key"]}},
     )
     runners = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
-    runners = [d for d in runners if not _operator(d)]
+    runners = [d for d in runners if _runner(d)]
     assert sorted((d["kind"], d["metadata"]["namespace"]) for d in runners) == sorted(
         (k, ns) for k in ("ServiceAccount", "Role", "RoleBinding") for ns in ("team-a", "team-b")
     )
@@ -603,7 +653,7 @@ def test_chart_creates_the_runner_account_in_each_watched_namespace(tmp_path: Pa
         ]
     # No secretNames: no Secret rule at all (an empty resourceNames would mean every Secret).
     docs = helm_template(tmp_path, values={"watchNamespaces": ["team-a"]})
-    role = next(d for d in of_kind(docs, "Role") if not _operator(d))
+    role = next(d for d in of_kind(docs, "Role") if _runner(d))
     assert expand_rules(role["rules"]) == set(RUNNER_RULES)
     # The operator builds the pods from the chart's own image and the runner account.
     args = container(one(docs, "Deployment"))["args"]
@@ -710,6 +760,7 @@ def test_namespaced_install_can_i_matrix(
         granted=namespaced.watched,
         denied=[namespaced.unwatched, namespaced.install.release_namespace],
         cluster_wide=False,
+        lease_namespace=namespaced.install.release_namespace,
     )
     assert asked > 400
 
@@ -875,6 +926,7 @@ def test_cluster_wide_chart_and_kustomize_base(own_cluster: ControlPlane, tmp_pa
             granted=[*tenants, identity.release_namespace],
             denied=[],
             cluster_wide=True,
+            lease_namespace=identity.release_namespace,
         )
         assert asked > 400
 

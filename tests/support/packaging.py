@@ -3,7 +3,7 @@ base, and normalise RBAC rules.
 
 ``OPERATOR_RULES`` is the one statement of what the operator may do, read from the code
 (controller/ordo/operator: kopf watches, kube.py's verbs, the checkpoint ConfigMap, the
-execution Lease, Events).
+process Leases, Events).
 The chart, the kustomize base and the ``kubectl auth can-i`` matrix are all checked against it.
 """
 
@@ -66,6 +66,13 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     # read, deleted to stop it) and its pods (read, to map a failure to a Task reason).
     | {("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")}
     | {("", "pods", v) for v in ("get", "list")}
+)
+
+# What the operator may do in its own (release) namespace on top of that: its processes' Leases
+# (operator/tasks/processlease.py: create its own, renew it with a merge patch, delete it at
+# shutdown; list and watch the peers'; delete one lapsed for ten periods). No get, no update.
+LEASE_RULES: frozenset[Rule] = frozenset(
+    {("coordination.k8s.io", "leases", v) for v in ("list", "watch", "create", "patch", "delete")}
 )
 
 # What the runner ServiceAccount of a namespace (Job-mode pods, `ordo run-task`) may do there:
@@ -226,4 +233,15 @@ def operator_args(deployment: Mapping[str, Any]) -> list[str]:
 
 
 def container_env(deployment: Mapping[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(deployment).get("env", []) if "value" in e}
+    """The container's environment as a kubelet would give it: plain values, and the pod's
+    namespace for a `metadata.namespace` fieldRef (POD_NAMESPACE)."""
+    env: dict[str, str] = {}
+    namespace = (deployment.get("metadata") or {}).get("namespace", "default")
+    for item in container(deployment).get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == (
+            "metadata.namespace"
+        ):
+            env[item["name"]] = namespace
+    return env

@@ -124,7 +124,7 @@ class LosingLease:
         self.after = after
         self.released: list[bool] = []
 
-    async def renew_until_cancelled(self, on_lost: Callable[[], None]) -> None:
+    async def keep(self, on_lost: Callable[[], None]) -> None:
         await asyncio.sleep(self.after)
         on_lost()
 

@@ -183,7 +183,7 @@ async def test_the_renewer_calls_lost_when_the_lease_expires_without_a_renewal()
     lease = ExecutionLease(client_for(api), TASK, "me", 0.6, "e1")
     assert await lease.acquire()
     calls: list[int] = []
-    await lease.renew_until_cancelled(lambda: calls.append(1))  # returns once lost
+    await lease.keep(lambda: calls.append(1))  # returns once lost
     assert calls == [1] and not lease.valid()
     assert lease.failures >= 2 and lease.renewals == 0
 

@@ -18,6 +18,7 @@ from ordo.operator.kube.client import KubeClient
 from ordo.operator.lifecycle import process as process_mod
 from ordo.operator.lifecycle.decide import Graces
 from ordo.operator.lifecycle.scheduler import TaskScheduler
+from ordo.operator.tasks.processlease import LABEL, SCOPE_ANNOTATION, ProcessLeases
 from ordo.operator.tasks.writer import FINALIZER
 
 
@@ -37,13 +38,35 @@ class Api:
         )
 
 
-def scheduler_for(api: Api) -> TaskScheduler:
-    client = KubeClient(
+def client_for(api: Api) -> KubeClient:
+    return KubeClient(
         kopf.ConnectionInfo(server="https://kube.invalid"),
         wrap_transport=lambda _real: httpx.MockTransport(api),
         backoff=0.001,
     )
-    return TaskScheduler(client)
+
+
+def scheduler_for(api: Api) -> TaskScheduler:
+    return TaskScheduler(client_for(api))
+
+
+def scheduler_with_peer(api: Api, peer: str, *, renewed: float, duration: int) -> TaskScheduler:
+    """A scheduler whose peer table holds the process Lease of `peer`, renewed `renewed`
+    seconds from now for `duration` seconds (as its watch would deliver it)."""
+    client = client_for(api)
+    leases = ProcessLeases(client, "ops", "me-00000001", 30.0, None)
+    leases.peers.apply(
+        "ADDED",
+        {
+            "metadata": {
+                "name": peer,
+                "labels": {LABEL: "true"},
+                "annotations": {SCOPE_ANNOTATION: "*"},
+            },
+            "spec": {"renewTime": stamp(renewed), "leaseDurationSeconds": duration},
+        },
+    )
+    return TaskScheduler(client, leases=leases)
 
 
 def stamp(delta: float) -> str:
@@ -275,14 +298,13 @@ async def test_a_full_process_reserves_once_a_slot_frees(monkeypatch: pytest.Mon
 
 
 async def test_a_task_another_replica_prefers_is_left_to_it_for_a_moment() -> None:
-    """Replicas that have seen each other's leases split new Tasks by a stable hash of the
-    Task's uid and the holders (rendezvous hashing): the preferred one reserves at once, the
-    others only if it has not after a moment. So two replicas with free slots do not both
-    write for every new Task."""
+    """Replicas that see each other's process Leases split new Tasks by a stable hash of
+    the Task's uid and the holders (rendezvous hashing): the preferred one reserves at once,
+    the others only if it has not after a moment. So two replicas with free slots do not
+    both write for every new Task."""
     api = Api(patch=CONFLICT)
-    s = scheduler_for(api)
+    s = scheduler_with_peer(api, "replica-b", renewed=-1, duration=30)
     s.graces = Graces(s.settings.lease_seconds, defer=0.1)
-    s.observe(running("replica-b", -1), "MODIFIED")  # a peer, seen through its lease
     uids = [f"u-{i}" for i in range(2, 40)]
     theirs = [u for u in uids if s.preferred(u) == "replica-b"]
     mine = [u for u in uids if s.preferred(u) == s.identity]
@@ -335,12 +357,34 @@ async def test_a_long_wait_for_a_slot_is_written_once(monkeypatch: pytest.Monkey
     await s.shutdown()
 
 
-async def test_a_peer_not_seen_for_a_lease_period_gets_no_share_of_new_tasks() -> None:
-    s = scheduler_for(Api())
-    s.settings.lease_seconds = 0.1
-    s.observe(running("replica-b", -1), "MODIFIED")  # a peer, seen through its lease
+async def test_a_peer_whose_lease_lapsed_gets_no_share_of_new_tasks() -> None:
+    s = scheduler_with_peer(Api(), "replica-b", renewed=-0.85, duration=1)
     uids = [f"u-{i}" for i in range(2, 40)]
     assert any(s.preferred(u) == "replica-b" for u in uids)
-    await asyncio.sleep(0.15)  # its events stopped (the look again waits for its lease)
+    await asyncio.sleep(0.2)  # its Lease lapsed without a renewal
+    assert all(s.preferred(u) == s.identity for u in uids)
+    await s.shutdown()
+
+
+async def test_a_peer_in_another_scope_gets_no_share_and_a_deleted_one_none() -> None:
+    """Replicas that watch other namespaces (shards) are not peers; a peer whose Lease is
+    deleted (it shut down) stops being one at once."""
+    s = scheduler_with_peer(Api(), "replica-b", renewed=-1, duration=30)
+    uids = [f"u-{i}" for i in range(2, 40)]
+    assert any(s.preferred(u) == "replica-b" for u in uids)
+    assert s.leases is not None
+    s.leases.peers.apply("DELETED", {"metadata": {"name": "replica-b"}})
+    assert all(s.preferred(u) == s.identity for u in uids)
+    s.leases.peers.apply(
+        "ADDED",
+        {
+            "metadata": {
+                "name": "shard-b",
+                "labels": {LABEL: "true"},
+                "annotations": {SCOPE_ANNOTATION: "team-b"},
+            },
+            "spec": {"renewTime": stamp(-1), "leaseDurationSeconds": 30},
+        },
+    )
     assert all(s.preferred(u) == s.identity for u in uids)
     await s.shutdown()

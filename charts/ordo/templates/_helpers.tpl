@@ -176,6 +176,13 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   verbs: [get, list]
 {{- end -}}
 
+{{/* The operator's rules on its process Leases, in the release namespace (lease-rbac.yaml). */}}
+{{- define "ordo.leaseRules" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [list, watch, create, patch, delete]
+{{- end -}}
+
 {{/*
 The rules of the runner ServiceAccount that Job-mode pods (`ordo run-task`) use, in one
 namespace: read the ordo objects a Task references (get, list; never watch), write that

@@ -229,8 +229,9 @@ MAX_PENDING_APPROVALS = 64
 
 
 class TaskLease(OrdoModel):
-    """The execution lease of a running Task, kept in its status (no separate Lease object):
-    which process runs it, and until when others must not take it over."""
+    """The execution lease of a running Task, kept in its status: which process runs it, and
+    until when others must not take it over (while the holder's process Lease is renewed,
+    with `holderLease`; else until `renewTime` + `durationSeconds`)."""
 
     holder: Annotated[str, Field(max_length=253)]
     """The process that holds it: an operator (`<hostname>-<random>`) or a Job pod's name."""
@@ -238,7 +239,13 @@ class TaskLease(OrdoModel):
     """When the holder last renewed it (RFC 3339, microseconds; the holder's clock)."""
     duration_seconds: Annotated[int, Field(ge=0)]
     """Another process may take the Task over `durationSeconds` after `renewTime`; 0 means
-    released."""
+    released. With `holderLease`, the holder does not renew it here: it is how long a
+    process that does not read process Leases (an ordo before them) must wait."""
+    holder_lease: Annotated[str, Field(max_length=317)] | None = None
+    """`<namespace>/<name>` of the holder's `coordination.k8s.io` Lease, one per operator
+    process: while that Lease is renewed the holder is alive and keeps the Task; absent for a
+    holder that renews `renewTime` itself (a Job pod, or an operator on a CRD without this
+    field)."""
 
 
 class TaskStatus(OrdoModel):

@@ -4,10 +4,15 @@ reconciler. All run logic is the engine's; all Task lifecycle logic is the sched
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -18,12 +23,13 @@ from . import jobsettings as jobtable
 from . import settings as table
 from .jobmode.supervisor import COMPONENT, MANAGED_BY
 from .kube.cache import CachedStore, ObjectCache
-from .kube.client import KubeClient, login
+from .kube.client import ApiError, KubeClient, login
 from .lifecycle.feed import TaskFeed
 from .lifecycle.retention import Retention
 from .lifecycle.scheduler import TaskScheduler
 from .readiness.reconciler import ReadinessReconciler
 from .settings import JobSettings, SchedulerSettings
+from .tasks.processlease import ProcessLeases, identity_name
 from .telemetry.health import HealthServer, PortInUse
 from .telemetry.metrics import Metrics
 
@@ -41,6 +47,8 @@ class OperatorConfig:
     resync_seconds: float = table.RESYNC_SECONDS.default
     keep_checkpoints: bool = table.KEEP_CHECKPOINTS.default
     lease_seconds: float = table.LEASE_SECONDS.default
+    lease_namespace: str = table.LEASE_NAMESPACE.default
+    """Namespace of this process's Lease ("": $POD_NAMESPACE, the ServiceAccount's, default)."""
     namespaces: list[str] = field(default_factory=list)
     peering: str | None = table.PEERING.default
     default_execution_mode: ExecutionMode = table.DEFAULT_EXECUTION_MODE.default
@@ -70,6 +78,7 @@ class OperatorState:
     resync: asyncio.Task[None] | None = None
     retention: Retention | None = None
     tasks: TaskFeed | None = None
+    leases: ProcessLeases | None = None
 
 
 def new_memo(config: OperatorConfig) -> kopf.Memo:
@@ -119,6 +128,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     STATE.cache = ObjectCache(STATE.client, cfg.namespaces or None, metrics=metrics)
     await STATE.cache.start()
     store = CachedStore(STATE.cache, STATE.client)
+    STATE.leases = await _process_leases(STATE.client, cfg)
     STATE.scheduler = TaskScheduler(
         STATE.client,
         settings=SchedulerSettings(
@@ -135,6 +145,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
         metrics=STATE.metrics,
         store=store,
         cache=STATE.cache,
+        leases=STATE.leases,
     )
     STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
     STATE.readiness = ReadinessReconciler(STATE.client, store, STATE.cache)
@@ -157,6 +168,47 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     log.info("operator started", extra={"ordo": {"maxConcurrentTasks": cfg.max_concurrent_tasks}})
 
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def lease_namespace(configured: str) -> str:
+    """Where this process's Lease lives: --lease-namespace, else $POD_NAMESPACE (the chart
+    sets it), else the ServiceAccount's namespace, else `default`."""
+    if configured:
+        return configured
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    with contextlib.suppress(OSError):
+        found = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        if found:
+            return found
+    return "default"
+
+
+async def _process_leases(client: KubeClient, cfg: OperatorConfig) -> ProcessLeases | None:
+    """This process's Lease, created, with its peers' listed (processlease.py). Without the
+    RBAC for Leases (a manifest from before them) the operator still runs, renewing each
+    Task's own lease as before, and says so."""
+    namespace = lease_namespace(cfg.lease_namespace)
+    identity = identity_name(socket.gethostname(), uuid.uuid4().hex[:8])
+    leases = ProcessLeases(client, namespace, identity, cfg.lease_seconds, cfg.namespaces or None)
+    try:
+        await leases.start()
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        await leases.stop()
+        log.warning(
+            "cannot use a process Lease (coordination.k8s.io leases in namespace %s: %s); "
+            "renewing every running Task's lease instead: grant the Lease rules "
+            "(docs/operations.md)",
+            namespace,
+            exc.api_reason or exc.status,
+        )
+        return None
+    return leases
+
+
 async def _resync_loop(state: OperatorState, interval: float) -> None:
     """Every interval: re-evaluate readiness, and sweep Tasks (a Task whose job gave up on a
     Kubernetes API outage is picked up again once the API answers)."""
@@ -171,6 +223,11 @@ async def _resync_loop(state: OperatorState, interval: float) -> None:
                 await state.scheduler.sweep()
             except Exception:
                 log.exception("task sweep failed")
+        if state.leases is not None:  # the Leases of processes long gone
+            try:
+                await state.leases.peers.collect_garbage()
+            except Exception:
+                log.exception("process Lease garbage collection failed")
         if state.readiness is not None:
             try:
                 await state.readiness.resync()
@@ -187,6 +244,8 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
         await STATE.tasks.stop()
     if STATE.scheduler is not None:
         await STATE.scheduler.shutdown()
+    if STATE.leases is not None:  # after the runs released their Tasks
+        await STATE.leases.stop()
     if STATE.retention is not None:
         await STATE.retention.shutdown()
     if STATE.health is not None:

@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         keep_checkpoints=args.keep_checkpoints,
         lease_seconds=args.lease_seconds,
+        lease_namespace=args.lease_namespace,
         namespaces=list(args.namespace or []),
         peering=args.peering,
         default_execution_mode=args.default_execution_mode,

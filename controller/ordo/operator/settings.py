@@ -114,6 +114,15 @@ LEASE_SECONDS = Setting[float](
     metavar="S",
     chart=("operator.leaseSeconds",),
 )
+LEASE_NAMESPACE = Setting[str](
+    "lease_namespace",
+    "--lease-namespace",
+    "",
+    "namespace of this process's coordination.k8s.io Lease (one per operator process, "
+    "renewed every sixth of --lease-seconds; the Tasks it runs name it as their holder); "
+    "default: $POD_NAMESPACE, else the ServiceAccount's namespace, else default",
+    metavar="NS",
+)
 RESYNC_SECONDS = Setting[float](
     "resync_seconds",
     "--resync-seconds",
@@ -191,6 +200,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     PEERING,
     KEEP_CHECKPOINTS,
     LEASE_SECONDS,
+    LEASE_NAMESPACE,
     RESYNC_SECONDS,
     REFERENCE_GRACE,
     APPROVAL_TIMEOUT,

@@ -13,7 +13,7 @@ everything else starts a job (job.py, process.py).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -49,8 +49,11 @@ class Local:
     has_job: bool
     """This process has a job for the Task's uid."""
     peers: tuple[str, ...]
-    """The other replicas seen holding a lease in the last lease period."""
+    """The other live replicas of this scope (their process Leases)."""
     graces: Graces
+    lease_left: Callable[[dict[str, Any]], float] | None = None
+    """The liveness rule for a Task another process holds (processlease.py `left`); None:
+    the Task's own renewTime + durationSeconds."""
 
 
 # -- the actions -------------------------------------------------------------------------
@@ -109,9 +112,6 @@ class LookLater:
 
     delay: float
     then: StartJob | Release | Reobserve
-    peer: str | None = None
-    """A replica seen holding the Task's lease: counted among the peers new Tasks are split
-    with (`preferred`)."""
 
     @property
     def uid(self) -> str:
@@ -159,14 +159,18 @@ def decide(view: TaskView, local: Local) -> Action:
         # stopped in between) needs this process, so look again after a grace.
         return LookLater(graces.release, Release(view)) if view.finalized else IGNORE
     if view.phase == "Running":
-        # Executing elsewhere under a live lease: no job, no reads, until its events stop
-        # for longer than the lease (each renewal and progress write is an event). Not for
+        # Executing elsewhere under a live lease (its holder's process Lease, or its own
+        # renewals): no job, no reads, until it lapses; any event of the Task looks again. Not for
         # a Task running in a Job (`view.holder` is None): its pod holds the lease, and an
         # operator that restarted must supervise the Job (failures, cancel, deadline) now.
         # (No lease at all, also None: nothing to wait for.)
-        held = 0.0 if view.holder is None or view.holder == local.identity else view.lease_left()
+        held = (
+            0.0
+            if view.holder is None or view.holder == local.identity
+            else view.lease_left(local.lease_left)
+        )
         if held > 0:
-            return LookLater(held + graces.slack, Reobserve(view), peer=view.holder or None)
+            return LookLater(held + graces.slack, Reobserve(view))
     elif view.finalized and not view.stopping:
         # Pending and reserved by another process (Claimer.reserve), which has it queued or
         # is claiming it: look at it only if its events stop for a lease period.

@@ -25,6 +25,7 @@ import math
 import socket
 import uuid
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from typing import Any, assert_never
 
 from ...runtime import ModelFactory, default_model_factory
@@ -36,6 +37,7 @@ from ..kube.store import KubeStore
 from ..settings import SchedulerSettings
 from ..tasks.approvals import ApprovalGate
 from ..tasks.claim import Claimer
+from ..tasks.processlease import ProcessLeases, identity_name
 from ..tasks.reaper import CheckpointReaper
 from ..tasks.references import ReferenceWait
 from ..tasks.runner import Runner
@@ -73,19 +75,28 @@ class TaskScheduler:
         model_factory: ModelFactory = default_model_factory,
         store: ObjectStore | None = None,
         cache: ObjectCache | None = None,
+        leases: ProcessLeases | None = None,
     ) -> None:
         """`store` resolves references (default: the API, `KubeStore`); with `cache` (the
         operator's watch-fed cache, behind `store`) a Task waits until the caches of its
-        namespace are synced, and the Agent read for its execution mode is a cache read."""
+        namespace are synced, and the Agent read for its execution mode is a cache read.
+        With `leases` (started: processlease.py) the Tasks this process runs live as long
+        as its Lease, and the replicas new Tasks are split with are the peers' Leases;
+        without, each run renews its Task's own lease and this process splits with nobody."""
         self.client = client
         self.cache = cache
         self.settings = settings or SchedulerSettings()
         self.metrics = metrics or Metrics()
         self.writer = TaskWriter(client, self.metrics)
-        self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        self.leases = leases
+        self.identity = (
+            leases.identity
+            if leases is not None
+            else identity_name(socket.gethostname(), uuid.uuid4().hex[:8])
+        )
         """This process, as the holder of execution leases."""
         self.claimer = Claimer(
-            client, self.identity, self.settings.lease_seconds, metrics=self.metrics
+            client, self.identity, self.settings.lease_seconds, metrics=self.metrics, leases=leases
         )
         store = store or KubeStore(client)
         self.store = store
@@ -125,11 +136,10 @@ class TaskScheduler:
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._housekeeping: set[asyncio.Task[None]] = set()
         self._namespaces: set[str] = set()
-        self._peers: dict[str, float] = {}
-        """Other processes (lease holders seen in Task events) -> when last seen (loop time):
-        the replicas new Tasks are split with (`decide.preferred`)."""
         self._peers_expire = math.inf
-        """When the peer seen longest ago expires (loop time)."""
+        """When the first peer's Lease lapses (loop time): the `Local`s are rebuilt then."""
+        if leases is not None:
+            leases.peers.on_change = self._peers_changed
         self._locals: tuple[Local, Local] | None = None
         """This process without and with a job for a Task (`local`)."""
         self.running = 0
@@ -149,9 +159,9 @@ class TaskScheduler:
 
     def local(self, uid: str) -> Local:
         """This process's state as a decision about the Task `uid` sees it. Two `Local`s
-        serve every event (with and without a job), rebuilt only when a peer is seen or
-        expires, or the lease period changed: building one per event would cost more than
-        the rest of `observe`."""
+        serve every event (with and without a job), rebuilt only when a peer's Lease
+        changes or lapses, or the lease period changed: building one per event would cost
+        more than the rest of `observe`."""
         if (
             self._locals is None
             or asyncio.get_running_loop().time() >= self._peers_expire
@@ -161,19 +171,31 @@ class TaskScheduler:
             self._locals = self._rebuild_locals()
         return self._locals[uid in self._jobs]
 
+    def _peers_changed(self) -> None:
+        self._locals = None
+
     def _rebuild_locals(self) -> tuple[Local, Local]:
-        """Forget the peers not seen for a lease period; the two `Local`s of the others."""
+        """The live peers (their Leases) and the two `Local`s with them."""
         lease_seconds = self.settings.lease_seconds
-        now = asyncio.get_running_loop().time()
-        for peer, seen in list(self._peers.items()):
-            if now - seen > lease_seconds:
-                del self._peers[peer]
-        self._peers_expire = min(self._peers.values(), default=math.inf) + lease_seconds
+        loop_now = asyncio.get_running_loop().time()
+        peers: tuple[str, ...] = ()
+        self._peers_expire = math.inf
+        left = None
+        if self.leases is not None:
+            now = datetime.now(UTC)
+            found = self.leases.peers.peers(now)
+            peers = tuple(name for name, _ in found)
+            if found:
+                first = min(expires for _, expires in found)
+                self._peers_expire = loop_now + (first - now).total_seconds()
+            left = self.leases.left
         if self.graces.lease_seconds != lease_seconds:
             self.graces = dataclasses.replace(self.graces, lease_seconds=lease_seconds)
         graces = self.graces
-        peers = tuple(self._peers)
-        return Local(self.identity, False, peers, graces), Local(self.identity, True, peers, graces)
+        return (
+            Local(self.identity, False, peers, graces, left),
+            Local(self.identity, True, peers, graces, left),
+        )
 
     def preferred(self, uid: str) -> str:
         """The replica whose share of new Tasks `uid` is (decide.preferred)."""
@@ -198,18 +220,10 @@ class TaskScheduler:
                 self._spawn(self.writer.release(view.namespace, view.name, view.body))
             case Reobserve(view=view):
                 self.observe(view.body, None)  # a fresh view: the lease's time has passed
-            case LookLater(delay=delay, then=then, peer=peer):
-                if peer is not None:
-                    self._seen_peer(peer)
+            case LookLater(delay=delay, then=then):
                 self._look_later(action.uid, delay, then)
             case _:
                 assert_never(action)
-
-    def _seen_peer(self, peer: str) -> None:
-        known = peer in self._peers
-        self._peers[peer] = asyncio.get_running_loop().time()
-        if not known:  # a known one's later expiry only makes the next rebuild early
-            self._locals = None
 
     def _look_later(self, uid: str, delay: float, then: Action) -> None:
         def fire() -> None:

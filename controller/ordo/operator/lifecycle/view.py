@@ -9,6 +9,7 @@ run in a Job, the only case a decision needs it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,10 +44,11 @@ class TaskView:
 
     # Few fields: building a frozen dataclass costs per field, on every event.
 
-    def lease_left(self) -> float:
-        """Seconds until the Task's lease expires, as of now (0: none, expired, released).
-        An RFC 3339 parse: asked only of a Running Task whose lease another process holds."""
-        return remaining(self.body, datetime.now(UTC))
+    def lease_left(self, left: Callable[[dict[str, Any]], float] | None = None) -> float:
+        """Seconds until the Task's lease lapses, as of now (0: none, expired, released), by
+        the liveness rule `left` (processlease.py; default: the Task's own renewTime +
+        durationSeconds). Asked only of a Running Task whose lease another process holds."""
+        return left(self.body) if left is not None else remaining(self.body, datetime.now(UTC))
 
     @property
     def namespace(self) -> str:

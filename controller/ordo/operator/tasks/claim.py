@@ -24,7 +24,8 @@ from ...api.agent import ExecutionMode
 from ..kube.client import ApiError, KubeClient
 from ..telemetry.metrics import Metrics
 from . import taskstatus
-from .lease import ExecutionLease, held_elsewhere
+from .lease import ExecutionLease, held_elsewhere, lease_of
+from .processlease import ProcessLeases
 from .writer import FINALIZER
 
 CLAIM_ATTEMPTS = 5
@@ -43,10 +44,11 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class NotSettled:
-    """The write did not settle after CLAIM_ATTEMPTS conflicts or transient failures."""
+    """The write did not settle after CLAIM_ATTEMPTS conflicts or transient failures, or this
+    process's Lease is not valid now (it claims nothing it could not keep)."""
 
     what: str
-    """"reservation" or "claim"."""
+    """"reservation", "claim" or "process lease"."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,13 @@ class Claimer:
         identity: str,
         lease_seconds: float,
         metrics: Metrics | None = None,
+        leases: ProcessLeases | None = None,
     ) -> None:
         self.client = client
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.leases = leases
+        """This process's Lease and its peers' (processlease.py); None: per-Task leases."""
         self.metrics = metrics
         """Counts claim outcomes (`ordo_task_claims_total`): what replicas lose to each other."""
 
@@ -87,7 +92,35 @@ class Claimer:
             self.metrics.claims.labels(outcome).inc()
 
     def lease(self, body: dict[str, Any], execution_id: str) -> ExecutionLease:
-        return ExecutionLease(self.client, body, self.identity, self.lease_seconds, execution_id)
+        own = self.leases.own if self.leases is not None else None
+        return ExecutionLease(
+            self.client,
+            body,
+            self.identity,
+            self.lease_seconds,
+            execution_id,
+            liveness=own.valid_for if own is not None else None,
+            holder_lease=own.ref if own is not None else None,
+        )
+
+    def held_elsewhere(self, body: dict[str, Any]) -> float:
+        """Seconds until another process's live lease on the Task lapses (0: free or ours)."""
+        return held_elsewhere(
+            body, self.identity, left=self.leases.left if self.leases is not None else None
+        )
+
+    def _landed(self, lease: ExecutionLease, body: dict[str, Any]) -> None:
+        """The claim landed as `body`: without the holderLease it wrote, the Task CRD predates
+        the field (pruned), so this run renews the Task's own lease instead."""
+        if (
+            lease.holder_lease is not None
+            and lease_of(body).get("holderLease") != lease.holder_lease
+        ):
+            log.warning(
+                "the Task CRD drops status.lease.holderLease (it predates ordo's process "
+                "Leases): renewing this Task's lease itself; upgrade the CRDs (docs/operations.md)"
+            )
+            lease.per_task()
 
     async def wait_for_other_holder(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Task, once no other process holds it: a `Running` Task may be executing
@@ -99,7 +132,7 @@ class Claimer:
             phase = (body.get("status") or {}).get("phase")
             if phase != "Running":
                 return None if phase in TERMINAL_PHASES else body
-            remaining = held_elsewhere(body, self.identity)
+            remaining = self.held_elsewhere(body)
             if remaining <= 0:
                 return body
             log.info(
@@ -204,10 +237,13 @@ class Claimer:
                     log.info("another process claimed or ended the Task first")
                     self._outcome("lost")
                     return Lost()
-                if held_elsewhere(body, self.identity) > 0:
+                if self.held_elsewhere(body) > 0:
                     log.info("another process holds the Task's execution lease")
                     self._outcome("held")
                     return Held()
+                if self.leases is not None and self.leases.own.valid_for() <= 0:
+                    log.warning("this process's Lease is not valid now; not claiming")
+                    return NotSettled("process lease")
                 fields = taskstatus.claimed(body, execution_id, resuming, mode, lease.fields())
                 # The earliest send of a claim write: one that failed may still have landed.
                 sent = lease.clock() if sent is None else sent
@@ -215,6 +251,7 @@ class Claimer:
                     self.client, ns, name, fields, resource_version=meta["resourceVersion"]
                 )
                 lease.held_since(sent)
+                self._landed(lease, body)
                 self._outcome("claimed")
                 return Claimed(Claim(body, execution_id, lease, resuming))
             except ApiError as exc:
@@ -230,6 +267,7 @@ class Claimer:
                 if (fresh.get("status") or {}).get("executionId") == execution_id:
                     assert sent is not None  # only the claim write sets it
                     lease.held_since(sent)
+                    self._landed(lease, fresh)
                     self._outcome("claimed")
                     return Claimed(Claim(fresh, execution_id, lease, resuming))
                 if (fresh.get("status") or {}).get("phase") in TERMINAL_PHASES:

@@ -1,9 +1,16 @@
 """The execution lease of a running Task, kept in the Task's own `status.lease` (holder,
-renewTime, durationSeconds): no separate Lease object, so taking and dropping it costs no
-request of its own. The process that runs a Task renews it; another process — a restarted
-operator, or a second replica — resumes a `Running` Task only once the lease has expired
-(or was released: durationSeconds 0), and takes it over with a write conditional on the
-resourceVersion it read, so at most one process executes a Task.
+renewTime, durationSeconds, and for an operator process holderLease): taking and dropping it
+costs no request of its own. Another process — a restarted operator, or a second replica —
+resumes a `Running` Task only once the lease has lapsed (or was released: durationSeconds 0),
+and takes it over with a write conditional on the resourceVersion it read, so at most one
+process executes a Task.
+
+Two ways to keep it alive (`keep`):
+- an operator process names its own `coordination.k8s.io` Lease in `holderLease` and renews
+  only that (processlease.py): the Task's lease lives as long as the process's, and the run's
+  validity is the process Lease's (`liveness`);
+- a Job pod, or an operator whose Task CRD predates holderLease, renews `renewTime` of each
+  Task it runs, every third of the duration (`per_task`).
 
 Who may write what (each write built and sent by taskstatus.py):
 - the claim (claim.py) writes the lease together with the new executionId, conditional on
@@ -28,13 +35,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from ... import timestamps
 from ...errors import LeaseLost
 from ..kube.client import ApiError, KubeClient, patch_test_failed
 from . import taskstatus
+from .processlease import HOLDER_LEASE_WAIT_FACTOR, task_lease_left
 
 SAFETY_FRACTION = 0.2
 """Default safety margin, as a fraction of the lease duration."""
@@ -58,25 +66,24 @@ def lease_of(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def remaining(task: dict[str, Any], now: datetime) -> float:
-    """Seconds until the lease in the Task `task` expires at wall-clock time `now`: renewTime
-    + durationSeconds - now; 0 if it expired, was released, or there is none."""
-    lease = lease_of(task)
-    renewed = _parse(lease.get("renewTime"))
-    if renewed is None:
-        return 0.0
-    try:
-        duration = float(lease.get("durationSeconds") or 0)
-    except (TypeError, ValueError):
-        return 0.0
-    expires = renewed + timedelta(seconds=duration)
-    return max(0.0, (expires - now).total_seconds())
+    """Seconds until the lease in the Task `task` expires at wall-clock time `now` by its own
+    fields: renewTime + durationSeconds - now; 0 if it expired, was released, or there is
+    none. (With process Leases, `processlease.task_lease_left` is the rule.)"""
+    return task_lease_left(task, now, None, unseen_grace=0.0)
 
 
-def held_elsewhere(task: dict[str, Any], holder: str, now: datetime | None = None) -> float:
+def held_elsewhere(
+    task: dict[str, Any],
+    holder: str,
+    now: datetime | None = None,
+    left: Callable[[dict[str, Any]], float] | None = None,
+) -> float:
     """Seconds until another holder's live lease on `task` expires (0 when free, expired,
-    released, or `holder`'s own)."""
+    released, or `holder`'s own); `left` is the liveness rule (default: `remaining` now)."""
     if lease_of(task).get("holder") == holder:
         return 0.0
+    if left is not None:
+        return left(task)
     return remaining(task, now or datetime.now(UTC))
 
 
@@ -89,7 +96,9 @@ def valid_until(renewed_at: float, duration: float, lease_seconds: int, margin: 
 
 class ExecutionLease:
     """The execution lease of one Task for execution `execution_id`, held by `holder`
-    (unique per process)."""
+    (unique per process). With `liveness` (seconds this process may still trust its process
+    Lease) and `holder_lease` (that Lease's `<namespace>/<name>`) the Task's lease is the
+    process's and `keep` writes nothing; without, `keep` renews the Task's own."""
 
     def __init__(
         self,
@@ -101,6 +110,8 @@ class ExecutionLease:
         *,
         safety_margin: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        liveness: Callable[[], float] | None = None,
+        holder_lease: str | None = None,
     ) -> None:
         self._client = client
         meta = task["metadata"]
@@ -115,14 +126,36 @@ class ExecutionLease:
         self._held = False
         self._renewed_at: float | None = None
         self._lost = False
+        self._lost_event: asyncio.Event | None = None
+        self._lost_why = "declared lost"
+        self._liveness = liveness if holder_lease else None
+        self.holder_lease = holder_lease if liveness is not None else None
         self.renewals = 0
         """Successful renewals (after the acquisition)."""
         self.failures = 0
         """Failed renewal attempts (transient or not), all streaks together."""
 
     def fields(self, duration: int | None = None) -> dict[str, Any]:
-        """`status.lease` as this holder writes it now (taskstatus.py)."""
+        """`status.lease` as this holder writes it now (taskstatus.py): with a holder Lease,
+        a durationSeconds of HOLDER_LEASE_WAIT_FACTOR periods (what an ordo before process
+        Leases waits)."""
+        if self.holder_lease is not None:
+            wait = self.lease_seconds * HOLDER_LEASE_WAIT_FACTOR
+            return taskstatus.lease(
+                self.holder, wait if duration is None else duration, self.holder_lease
+            )
         return taskstatus.lease(self.holder, self.lease_seconds if duration is None else duration)
+
+    @property
+    def per_process(self) -> bool:
+        """The Task's lease is this process's Lease (nothing to renew per Task)."""
+        return self._liveness is not None
+
+    def per_task(self) -> None:
+        """Renew this Task's own lease from now on: the claim came back without holderLease
+        (its CRD predates the field and pruned it), so nobody would see the process Lease."""
+        self._liveness = None
+        self.holder_lease = None
 
     # -- the holder's view -------------------------------------------------------------------
 
@@ -139,6 +172,8 @@ class ExecutionLease:
         """Seconds this holder may still trust its lease (0 when lost, released or expired)."""
         if self._lost or not self._held or self._renewed_at is None:
             return 0.0
+        if self._liveness is not None:
+            return self._liveness()
         deadline = valid_until(
             self._renewed_at, self.duration, self.lease_seconds, self.safety_margin
         )
@@ -213,7 +248,38 @@ class ExecutionLease:
         self.renewals += 1
         return True
 
-    async def renew_until_cancelled(self, on_lost: Callable[[], None]) -> None:
+    async def keep(self, on_lost: Callable[[], None]) -> None:
+        """Keep the lease until cancelled or released; `on_lost` is called once, and this
+        returns, when it is lost. Per process: wait while the process Lease is valid (it is
+        renewed elsewhere), or until `lose`. Per Task: renew it (`_renew_until_lost`)."""
+        if self._liveness is None:
+            await self._renew_until_lost(on_lost)
+            return
+        lost = self._lost_event = asyncio.Event()
+        while self._held:
+            left = self.expires_in()
+            if left <= 0:
+                if self._liveness is None:  # switched to per Task meanwhile
+                    await self._renew_until_lost(on_lost)
+                    return
+                self._lose(on_lost, "this process's Lease is no longer valid by its own clock")
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await lost.wait()
+            if lost.is_set():
+                self._lose(on_lost, self._lost_why)
+                return
+
+    def lose(self, why: str) -> None:
+        """Declare the lease lost (the process that runs the run knows it can no longer keep
+        it: a worker lost its control process's heartbeat): `keep` calls its `on_lost`."""
+        self._lost_why = why
+        self._lost = True
+        if self._lost_event is not None:
+            self._lost_event.set()
+
+    async def _renew_until_lost(self, on_lost: Callable[[], None]) -> None:
         """Renew every third of the duration until cancelled or released. A failed renewal
         (any error) is retried with a short backoff while the lease is valid by this
         process's clock; `on_lost` is called once, and the renewer stops, only when another

@@ -1,6 +1,6 @@
 """Runs one claimed Task through `ordo.runtime.execute`, adding only what is Kubernetes-
-specific: the execution lease (renewed while the run lasts; losing it stops the run before
-any further side effect), the checkpoint (resume from it; a Task that made progress but has
+specific: the execution lease (kept while the run lasts, through the process Lease or renewed
+per Task; losing it stops the run before any further side effect), the checkpoint (resume from it; a Task that made progress but has
 no checkpoint ends `Interrupted`, never starts over), and the status/Event writers. The
 checkpoint and progress writes are coalesced (coalesce.py).
 
@@ -8,8 +8,8 @@ A run ends in one of three values: `Finished` (the terminal status is written), 
 (stopped for tool-call approvals: checkpoint and status written, the Task stays Running,
 the scheduler waits for the decisions and resumes it) or `Abandoned` (this execution no
 longer owns the Task: its lease was lost, or another execution claimed it; nothing was
-written for the run). Lease loss is structured: the run and its lease renewer are sibling
-tasks, and the renewer's loss ends the run (cancelled at its next await, so it starts no
+written for the run). Lease loss is structured: the run and its lease keeper are sibling
+tasks, and the keeper's loss ends the run (cancelled at its next await, so it starts no
 further side effect and writes nothing)."""
 
 from __future__ import annotations
@@ -97,12 +97,12 @@ class Runner:
         store: ObjectStore | None = None,
         snapshot: Snapshot | None = None,
     ) -> RunResult:
-        """Run the claimed Task to its end while renewing the lease; write the outcome unless
+        """Run the claimed Task to its end while keeping the lease; write the outcome unless
         another execution took the Task over. `store` (default: the runner's) resolves it,
         unless `snapshot` is the Task already resolved (the references pre-check's)."""
         logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
         lost = asyncio.Event()
-        renewer = asyncio.create_task(claim.lease.renew_until_cancelled(lost.set))
+        renewer = asyncio.create_task(claim.lease.keep(lost.set))
         run = asyncio.create_task(self._run(claim, task, cancel, store or self.store, snapshot))
         result: RunResult | None = None
         try:

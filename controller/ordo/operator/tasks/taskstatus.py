@@ -132,12 +132,15 @@ def execution_mode(mode: ExecutionMode) -> Fields:
 # -- the lease ---------------------------------------------------------------------------
 
 
-def lease(holder: str, duration_seconds: int) -> Fields:
-    """`status.lease` as `holder` writes it now (renewTime with microseconds, its clock)."""
+def lease(holder: str, duration_seconds: int, holder_lease: str | None = None) -> Fields:
+    """`status.lease` as `holder` writes it now (renewTime with microseconds, its clock);
+    `holderLease` is always present, null without one, so that a merge patch of a holder that
+    renews per Task (a Job pod taking over from its operator) drops the operator's."""
     model = TaskLease(
         holder=holder,
         renew_time=timestamps.format_micros(time.time()),
         duration_seconds=duration_seconds,
+        holder_lease=holder_lease,
     )
     return model.model_dump(by_alias=True, mode="json")
 
