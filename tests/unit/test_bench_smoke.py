@@ -149,3 +149,17 @@ def test_quick_operator(tmp_path: Path) -> None:
     assert len(names) == len(set(names)), names  # each target reported once
     for table in tables:
         _assert_well_formed(table)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_inflight_bench_measures_a_few_waiting_runs() -> None:
+    """bench/inflight.py end to end with a handful of Tasks: every figure present and sane
+    (the process Lease's renewals are the only requests while runs wait)."""
+    from bench import inflight
+
+    result = inflight.run(8, window_s=6, log=lambda _line: None)
+    assert result.tasks == 8 and result.per_task_renewals_per_s == 8 * 3 / inflight.LEASE_SECONDS
+    assert set(result.requests_by_verb) <= {"patch", "list", "watch", "get"}
+    assert _finite(result.requests_per_s, result.rss_idle_mib, result.kib_per_inflight_task)
+    assert result.rss_inflight_mib > 0 and result.claim_s > 0

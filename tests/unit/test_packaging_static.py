@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 from tests.support.packaging import (
     CHART,
     KUSTOMIZE_BASE,
+    LEASE_RULES,
     MANIFESTS,
     OPERATOR_RULES,
     ROOT,
@@ -237,13 +238,17 @@ def test_kustomize_base_grants_exactly_the_operator_rules() -> None:
     docs = _base_docs()
     role = one(docs, "ClusterRole")
     assert expand_rules(role["rules"]) == set(OPERATOR_RULES)
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     account = one(docs, "ServiceAccount")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "ordo-system"}
     ]
+    # The one Role: the process Leases, in the operator's own namespace, for the same account.
+    leases, lease_binding = one(docs, "Role"), one(docs, "RoleBinding")
+    assert expand_rules(leases["rules"]) == set(LEASE_RULES)
+    assert lease_binding["roleRef"]["name"] == leases["metadata"]["name"]
+    assert lease_binding["subjects"] == binding["subjects"]
 
 
 def test_kustomize_runner_grants_exactly_the_runner_rules() -> None:
