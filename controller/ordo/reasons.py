@@ -39,5 +39,6 @@ Reason = Literal[
     "ApprovalRejected",
     "ApprovalTimedOut",
     "AwaitingApproval",
+    "WorkerLost",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]

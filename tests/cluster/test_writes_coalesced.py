@@ -51,8 +51,9 @@ def requests_by_verb(op: OperatorProcess) -> dict[str, float]:
 
 @pytest.fixture
 def operator(operator_factory: Callable[..., OperatorProcess]) -> OperatorProcess:
-    # No periodic readiness resync inside the measured window: its reads are not the Tasks'.
-    return operator_factory("--resync-seconds", "3600")
+    # No periodic readiness resync inside the measured window: its reads are not the Tasks';
+    # and no renewal of the process Lease in it (a patch, every lease / 6): not the Tasks'.
+    return operator_factory("--resync-seconds", "3600", "--lease-seconds", "600")
 
 
 def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(

@@ -64,11 +64,13 @@ def _by_name(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]
 
 
 def _operator_docs(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    """The operator's own objects of `kind` (not the Job-mode runner's)."""
+    """The operator's own objects of `kind` in the watched namespaces (not the Job-mode
+    runner's, nor the process Leases' Role in the release namespace)."""
     return [
         d
         for d in of_kind(docs, kind)
         if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+        and not d["metadata"]["name"].endswith("-leases")
     ]
 
 
@@ -146,6 +148,12 @@ def test_shard_rbac_reaches_only_its_own_namespaces(tmp_path: Path) -> None:
     runner_roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "ordo-runner"]
     assert sorted(r["metadata"]["namespace"] for r in runner_roles) == sorted(OWNER)
     assert all(expand_rules(r["rules"]) == RUNNER_RULES for r in runner_roles)
+    # The process Leases: one Role in the release namespace, bound to every shard's account.
+    (leases,) = [b for b in of_kind(docs, "RoleBinding") if b["metadata"]["name"] == "ordo-leases"]
+    assert leases["metadata"]["namespace"] == "ordo-system"
+    assert sorted(s["name"] for s in leases["subjects"]) == sorted(
+        f"ordo-{shard}" for shard in set(OWNER.values())
+    )
 
 
 @helm_needed

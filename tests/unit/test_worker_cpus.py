@@ -1,4 +1,5 @@
-"""`--workers auto`: the cgroup's CPU quota, rounded up, within the affinity, at least 1."""
+"""`--workers auto`: the cgroup's CPU quota, rounded up, within the affinity and what the
+memory limit holds, at least 1."""
 
 from __future__ import annotations
 
@@ -43,3 +44,26 @@ def test_available_rounds_up_within_the_affinity(
     assert cpus.available_cpus(tmp_path) == 1
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert cpus.available_cpus(tmp_path) == 8
+
+
+def test_auto_is_bounded_by_what_the_memory_limit_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CPU limit on a 64-CPU node and the chart's 512 Mi: not 64 workers (an OOM kill)."""
+    monkeypatch.setattr(cpus, "schedulable_cpus", lambda: 64)
+    assert cpus.auto_workers(tmp_path) == 64  # no cgroup files: no limits known
+    (tmp_path / "memory.max").write_text(f"{512 * 1024 * 1024}\n")
+    assert cpus.auto_workers(tmp_path) == (512 - cpus.CONTROL_MIB) // cpus.WORKER_MIB
+    (tmp_path / "memory.max").write_text(f"{64 * 1024 * 1024}\n")
+    assert cpus.auto_workers(tmp_path) == 1  # never fewer than one
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "cpu.max").write_text("300000 100000\n")
+    assert cpus.auto_workers(tmp_path) == 3
+
+
+def test_memory_limit_v1_and_none(tmp_path: Path) -> None:
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("1073741824\n")
+    assert cpus.memory_limit(tmp_path) == 1 << 30
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert cpus.memory_limit(tmp_path) is None

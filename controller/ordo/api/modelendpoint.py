@@ -80,6 +80,10 @@ class MockTurn(OrdoModel):
     """Tool calls requested in this turn."""
     delay: Duration | None = None
     """Wait this long before answering (to exercise timeouts)."""
+    busy: Annotated[float, Field(gt=0, le=30)] | None = None
+    """Compute this many seconds before answering without yielding, as a pathological input
+    can make a run do (to exercise worker isolation: with `--workers`, only this run's
+    worker stalls and is replaced; at most 30)."""
     usage: MockUsage | None = None
     """Reported token usage."""
 

@@ -263,6 +263,9 @@ class TaskStatus(OrdoModel):
     `Succeeded`."""
     execution_id: Annotated[str, Field(max_length=64)] | None = None
     """Id of the execution that claimed the Task."""
+    worker_losses: Annotated[int, Field(ge=0)] | None = None
+    """Times an operator worker process was lost (killed for a stall, or died) while running
+    the Task; at the second the Task ends `WorkerLost` instead of being resumed again."""
     agent_generation: Annotated[int, Field(ge=0)] | None = None
     """The Agent's metadata.generation at resolution."""
     snapshot_hash: Annotated[str, Field(max_length=128)] | None = None

@@ -31,6 +31,7 @@ from .readiness.reconciler import ReadinessReconciler
 from .settings import JobSettings, SchedulerSettings
 from .tasks.processlease import ProcessLeases, identity_name
 from .telemetry.health import HealthServer, PortInUse
+from .telemetry.loopstall import LoopStall
 from .telemetry.metrics import Metrics
 
 log = logging.getLogger("ordo.operator")
@@ -49,6 +50,9 @@ class OperatorConfig:
     lease_seconds: float = table.LEASE_SECONDS.default
     lease_namespace: str = table.LEASE_NAMESPACE.default
     """Namespace of this process's Lease ("": $POD_NAMESPACE, the ServiceAccount's, default)."""
+    workers: int = 0
+    """Worker processes for the runs (`--workers`, resolved; 0: on this process's loop)."""
+    worker_stall_seconds: float = table.WORKER_STALL_SECONDS.default
     namespaces: list[str] = field(default_factory=list)
     peering: str | None = table.PEERING.default
     default_execution_mode: ExecutionMode = table.DEFAULT_EXECUTION_MODE.default
@@ -79,6 +83,7 @@ class OperatorState:
     retention: Retention | None = None
     tasks: TaskFeed | None = None
     leases: ProcessLeases | None = None
+    loop_stall: LoopStall | None = None
 
 
 def new_memo(config: OperatorConfig) -> kopf.Memo:
@@ -141,12 +146,19 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,
             reference_grace_seconds=cfg.reference_grace_seconds,
             approval_timeout=cfg.approval_timeout_seconds,
+            workers=cfg.workers,
+            worker_stall_seconds=cfg.worker_stall_seconds,
         ),
         metrics=STATE.metrics,
         store=store,
         cache=STATE.cache,
         leases=STATE.leases,
     )
+    await STATE.scheduler.start()
+    STATE.loop_stall = LoopStall(STATE.metrics)
+    STATE.loop_stall.start()
+    if STATE.scheduler.pool is not None:
+        STATE.metrics.workers.set(STATE.scheduler.pool.size)
     STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
     STATE.readiness = ReadinessReconciler(STATE.client, store, STATE.cache)
     if cfg.peering is None:
@@ -240,6 +252,8 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
     STATE = _state(memo)
     if STATE.resync is not None:
         STATE.resync.cancel()
+    if STATE.loop_stall is not None:
+        await STATE.loop_stall.stop()
     if STATE.tasks is not None:
         await STATE.tasks.stop()
     if STATE.scheduler is not None:

@@ -13,8 +13,9 @@ from typing import Any
 from ..runtime import tracing
 from .flags import add_flags
 from .flags import parse_quantities as parse_quantities  # where `ordo operator` had it
-from .settings import RUN_TASK_SETTINGS, SETTINGS
+from .settings import RUN_TASK_SETTINGS, SETTINGS, parse_workers
 from .telemetry import logs
+from .workers.cpus import auto_workers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +57,13 @@ PRELOADED = (
 """Modules a Task loads on first use, imported at startup instead: the model SDKs alone are
 about 0.5 s of CPU, which on the first Task would block the event loop (every other Task
 and the watches with it)."""
+
+
+def resolve_workers(value: str) -> int:
+    """`--workers`: the number given, or for `auto` the CPUs the container may use (as far
+    as its memory limit holds them: workers/cpus.py)."""
+    count = parse_workers(value)
+    return auto_workers() if count is None else count
 
 
 def preload() -> None:
@@ -134,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         keep_checkpoints=args.keep_checkpoints,
         lease_seconds=args.lease_seconds,
         lease_namespace=args.lease_namespace,
+        workers=resolve_workers(args.workers),
+        worker_stall_seconds=args.worker_stall_seconds,
         namespaces=list(args.namespace or []),
         peering=args.peering,
         default_execution_mode=args.default_execution_mode,

@@ -34,6 +34,30 @@ from .jobsettings import (
 # -- the table -------------------------------------------------------------------------------
 
 
+def parse_workers(value: str) -> int | None:
+    """`--workers`: a count (0 or more), or None for `auto` (the cgroup's CPUs,
+    operator/workers/cpus.py). Raises argparse.ArgumentTypeError otherwise."""
+    import argparse
+
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of workers (0 or more) or auto, not {value!r}"
+        )
+    return count
+
+
+def workers_flag(value: str) -> str:
+    """The argparse type of `--workers`: the value as given, once it parses."""
+    parse_workers(value)
+    return value
+
+
 NAMESPACE = Setting[list[str] | None](
     "namespace",
     "--namespace",
@@ -123,6 +147,30 @@ LEASE_NAMESPACE = Setting[str](
     "default: $POD_NAMESPACE, else the ServiceAccount's namespace, else default",
     metavar="NS",
 )
+WORKERS = Setting[str](
+    "workers",
+    "--workers",
+    "auto",
+    "worker processes that execute the runs (each an event loop with many runs), apart "
+    "from the control process that keeps the watches, caches, claims, leases, health and "
+    "metrics; auto: the CPUs the container may use (its cgroup quota), as far as its memory "
+    "limit holds them, at least 1; 0 runs every Task on the control process's own loop",
+    type=workers_flag,
+    metavar="N|auto",
+    chart=("operator.workers",),
+)
+WORKER_STALL_SECONDS = Setting[float](
+    "worker_stall_seconds",
+    "--worker-stall-seconds",
+    10.0,
+    "a worker whose event loop does not answer its heartbeat this long is killed and "
+    "replaced, and its runs resume elsewhere from their checkpoints; a Task in a worker "
+    "lost twice ends WorkerLost",
+    type=float,
+    unit="seconds",
+    metavar="S",
+    chart=("operator.workerStallSeconds",),
+)
 RESYNC_SECONDS = Setting[float](
     "resync_seconds",
     "--resync-seconds",
@@ -201,6 +249,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     KEEP_CHECKPOINTS,
     LEASE_SECONDS,
     LEASE_NAMESPACE,
+    WORKERS,
+    WORKER_STALL_SECONDS,
     RESYNC_SECONDS,
     REFERENCE_GRACE,
     APPROVAL_TIMEOUT,
@@ -281,3 +331,9 @@ class SchedulerSettings:
     approval_timeout: float | None = APPROVAL_TIMEOUT.default
     """Seconds a tool call waits for a human decision (`--approval-timeout`; None: the
     engine's default, the same 24h)."""
+    workers: int = 0
+    """Worker processes that execute the runs (`--workers`, resolved: `ordo operator`
+    passes the cgroup's CPUs for auto); 0 runs them on this process's loop (the default
+    of a scheduler built directly, as the unit tests do)."""
+    worker_stall_seconds: float = WORKER_STALL_SECONDS.default
+    """A worker that does not answer its heartbeat this long is killed and replaced."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from typing import Any
 
 from ..api import ModelEndpoint, parse_duration
@@ -55,6 +56,13 @@ def sample(schema: dict[str, Any], depth: int = 0) -> Any:
     return text + "x" * max(0, min_len - len(text))
 
 
+def hold_the_loop(seconds: float) -> None:
+    """Compute for `seconds` without yielding to the event loop (`MockTurn.busy`)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 class MockModelClient:
     provider = "mock"
 
@@ -71,6 +79,8 @@ class MockModelClient:
             turn = self._turns[index]
             if turn.delay:
                 await asyncio.sleep(parse_duration(turn.delay))
+            if turn.busy:
+                hold_the_loop(turn.busy)
             calls = tuple(
                 ToolCall(
                     f"call_{index + 1}_{n}",

@@ -28,10 +28,11 @@ from ..kube.client import ApiError
 from ..tasks.capacity import SLOT, TAKEN, acquire, mark_waiting
 from ..tasks.claim import Claimed, Held, Lost, NotSettled
 from ..tasks.references import Missing
-from ..tasks.runner import Finished
+from ..tasks.runner import Abandoned, Finished
 from ..tasks.taskstore import SecretsReadOnce
 from ..tasks.writer import FINALIZER
 from .job import Done, Job, Step
+from .workerloss import count_loss
 
 if TYPE_CHECKING:
     from .scheduler import TaskScheduler
@@ -280,5 +281,14 @@ class TaskProcess:
         if mode == "Job":
             fresh = await run_in_job(s.client, s.writer, s.jobs, claim, agent, job.wake, job.cancel)
             return Done() if fresh is None else await self.process(fresh)
+        uid = str(body["metadata"]["uid"])
+        before = s.pool.losses(uid) if s.pool is not None else 0
         ran = await s.runner.run(claim, task, job.cancel, store, snapshot)
+        if s.pool is not None:
+            if isinstance(ran, Abandoned) and s.pool.losses(uid) > before:
+                if await count_loss(s.client, s.writer, claim):
+                    s.pool.forget(uid)
+                    return Done()
+            elif isinstance(ran, Finished):
+                s.pool.forget(uid)
         return Done() if isinstance(ran, Finished) else ran

@@ -44,6 +44,7 @@ from ..tasks.runner import Runner
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
+from ..workers.pool import WorkerPool, WorkerSettings
 from .decide import (
     Action,
     Graces,
@@ -105,7 +106,7 @@ class TaskScheduler:
         self.references = ReferenceWait(
             client, store, self.writer.recorder, self.settings.reference_grace_seconds
         )
-        self.runner = Runner(
+        self.runner: Runner | WorkerPool = Runner(
             self.writer,
             store,
             self.metrics,
@@ -114,6 +115,24 @@ class TaskScheduler:
             approval_timeout=self.settings.approval_timeout,
             reaper=self.reaper,
         )
+        self.pool: WorkerPool | None = None
+        """With --workers N > 0: the runs execute in N supervised children (workers/pool.py),
+        behind the Runner's interface, so process.py calls `runner.run` either way."""
+        if self.settings.workers > 0:
+            self.pool = WorkerPool(
+                self.settings.workers,
+                store,
+                self.metrics,
+                WorkerSettings(
+                    keep_checkpoints=self.settings.keep_checkpoints,
+                    approval_timeout=self.settings.approval_timeout,
+                ),
+                valid_for=leases.own.valid_for if leases is not None else None,
+                stall_seconds=self.settings.worker_stall_seconds,
+                log_format=self.settings.job.log_format,  # this process's (main.py)
+                log_level=self.settings.job.log_level,
+            )
+            self.runner = self.pool
         self.approvals = ApprovalGate(client, cache, self.metrics)
         """Holds the jobs of Tasks that wait for tool-call approvals (approvals.py)."""
         self.jobs = JobSupervisor(
@@ -296,6 +315,11 @@ class TaskScheduler:
                 body.setdefault("metadata", {}).setdefault("namespace", namespace)
                 self.observe(body, None)
 
+    async def start(self) -> None:
+        """Start what runs beside the watches: the worker children (when --workers > 0)."""
+        if self.pool is not None:
+            await self.pool.start()
+
     async def shutdown(self) -> None:
         """Stop every run; `Running` Tasks keep their checkpoints and resume on restart."""
         for later in self._later.values():
@@ -307,6 +331,8 @@ class TaskScheduler:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.pool is not None:  # after the runs stopped: their children flushed them
+            await self.pool.close()
         try:
             await self.reaper.close()
         except Exception:

@@ -132,6 +132,15 @@ def execution_mode(mode: ExecutionMode) -> Fields:
 # -- the lease ---------------------------------------------------------------------------
 
 
+def worker_lost(execution_id: str, losses: int) -> JsonPatch:
+    """`status.workerLosses` = `losses` (the times an operator worker was lost while running
+    the Task; at WORKER_LOSS_LIMIT it ends `WorkerLost`), fenced by the executionId."""
+    return [
+        {"op": "test", "path": "/status/executionId", "value": execution_id},
+        {"op": "add", "path": "/status/workerLosses", "value": losses},
+    ]
+
+
 def lease(holder: str, duration_seconds: int, holder_lease: str | None = None) -> Fields:
     """`status.lease` as `holder` writes it now (renewTime with microseconds, its clock);
     `holderLease` is always present, null without one, so that a merge patch of a holder that

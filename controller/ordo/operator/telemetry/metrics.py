@@ -131,6 +131,26 @@ class Metrics:
             registry=r,
         )
 
+        # -- worker processes (operator/workers/) and the control loop ----------------------
+        self.workers = Gauge(
+            "ordo_workers", "Worker processes running now (--workers).", registry=r
+        )
+        self.worker_restarts = Counter(
+            "ordo_worker_restarts_total",
+            "Worker processes replaced, by why: stalled (its loop did not answer the heartbeat "
+            "for --worker-stall-seconds, killed) or exited (died by itself, or broke the "
+            "pipe protocol).",
+            ["reason"],
+            registry=r,
+        )
+        self.loop_stall = Histogram(
+            "ordo_event_loop_stall_seconds",
+            "How late the control process's event loop ran a 0.1 s tick: the longest time "
+            "the watches, leases and health checks waited for it.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+
     def listener(self, namespace: str, agent: str, provider: str, model: str) -> RunMetrics:
         return RunMetrics(self, namespace, agent, provider, model)
 

@@ -1,9 +1,13 @@
-"""How many CPUs this container may use: what `--workers auto` starts.
+"""How many workers `--workers auto` starts: the CPUs this container may use, as far as its
+memory limit holds them.
 
-The cgroup's CPU quota (v2 `cpu.max`, else v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`),
-rounded up, bounded by the CPUs the process may be scheduled on (its affinity); at least 1.
-A container with `resources.limits.cpu: 1500m` gets 2 workers, one without a limit as many
-as its node's CPUs it may run on."""
+CPUs: the cgroup's CPU quota (v2 `cpu.max`, else v1 `cpu.cfs_quota_us` /
+`cpu.cfs_period_us`), rounded up, bounded by the CPUs the process may be scheduled on (its
+affinity); at least 1. A container with `resources.limits.cpu: 1500m` gets 2 workers, one
+without a limit as many as its node's CPUs it may run on. Memory: with a memory limit
+(v2 `memory.max`, v1 `memory.limit_in_bytes`), no more workers than fit beside the control
+process at CONTROL_MIB + WORKER_MIB each (docs/scaling.md has the measured figures), so a
+pod without a CPU limit on a large node is not OOM-killed by its own workers."""
 
 from __future__ import annotations
 
@@ -62,3 +66,37 @@ def available_cpus(root: Path = CGROUP_ROOT) -> int:
     if quota is not None:
         cpus = min(cpus, math.ceil(quota - 1e-9))
     return max(1, cpus)
+
+
+CONTROL_MIB = 192
+"""What the control process needs before any run (RSS idle, rounded up: docs/scaling.md)."""
+WORKER_MIB = 128
+"""What one worker child needs: 69 MiB RSS once ready (bench/workers_startup.py), plus
+headroom for its runs."""
+
+
+def memory_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """The cgroup's memory limit in bytes, or None when there is none."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            return None
+        return value if 0 < value < 1 << 60 else None  # v1 writes a huge number for none
+    return None
+
+
+def auto_workers(root: Path = CGROUP_ROOT) -> int:
+    """`--workers auto`: `available_cpus`, at most what the memory limit holds, at least 1."""
+    workers = available_cpus(root)
+    limit = memory_limit(root)
+    if limit is not None:
+        fits = (limit // (1024 * 1024) - CONTROL_MIB) // WORKER_MIB
+        workers = min(workers, fits)
+    return max(1, workers)

@@ -1,0 +1,56 @@
+"""RemoteStore over the worker protocol: reads answered by `serve` from a real store,
+errors stay StoreErrors (fail closed)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ordo.operator.workers import protocol, remotestore
+from ordo.runtime.store import StoreError
+
+
+class DictStore:
+    def __init__(self) -> None:
+        self.objects = {("Agent", "ns", "a"): {"kind": "Agent", "metadata": {"name": "a"}}}
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "Broken":
+            raise StoreError("cache not synced")
+        return self.objects.get((kind, namespace, name))
+
+    async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        return [v for (k, n, _), v in self.objects.items() if (k, n) == (kind, namespace)]
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        return "v" if (name, key) == ("s", "k") else None
+
+
+async def test_reads_round_trip_through_the_wire_format() -> None:
+    store = DictStore()
+    remote: remotestore.RemoteStore
+
+    def send(message: protocol.Message) -> None:
+        wire = protocol.decode(protocol.encode(message).rstrip(b"\n"))
+
+        async def answer() -> None:
+            got = await remotestore.serve(store, wire)
+            remote.answer(protocol.decode(protocol.encode(got)))
+
+        asyncio.get_running_loop().create_task(answer())
+
+    remote = remotestore.RemoteStore(send)
+    assert await remote.get("Agent", "ns", "a") == store.objects[("Agent", "ns", "a")]
+    assert await remote.get("Agent", "ns", "missing") is None
+    assert [o["metadata"]["name"] for o in await remote.list("Agent", "ns")] == ["a"]
+    assert await remote.secret_value("ns", "s", "k") == "v"
+    assert await remote.secret_value("ns", "s", "other") is None
+    with pytest.raises(StoreError, match="cache not synced"):
+        await remote.get("Broken", "ns", "a")
+
+
+def test_decode_refuses_a_message_without_type() -> None:
+    with pytest.raises(ValueError):
+        protocol.decode(b'{"id": 1}')
