@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -27,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO
+from bench.operator_throughput import cpu_seconds, parse_metrics, requests_by_verb
 
 WINDOW_S = 30.0
 LEASE_SECONDS = 30
-_REQUESTS = re.compile(r'^ordo_kube_api_requests_total\{verb="(?P<verb>[^"]+)"\} (?P<value>\S+)$')
 
 
 @dataclass
@@ -87,15 +85,6 @@ def manifests(namespace: str, tasks: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": docs}
 
 
-def _requests(text: str) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _REQUESTS.match(line)
-        if m:
-            found[m["verb"]] = float(m["value"])
-    return found
-
-
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -103,9 +92,8 @@ def _rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _requests(text: str) -> dict[str, float]:
+    return requests_by_verb(parse_metrics(text))
 
 
 def _running(cp: Any, namespace: str) -> int:
@@ -133,6 +121,8 @@ def run(tasks: int, *, window_s: float = WINDOW_S, log: Any = print) -> Inflight
             str(LEASE_SECONDS),
             "--lease-namespace",
             namespace,
+            "--workers",  # the runs in this process, so its RSS is theirs (docs/scaling.md)
+            "0",
             "--resync-seconds",
             "3600",
         ).start()
@@ -150,11 +140,11 @@ def run(tasks: int, *, window_s: float = WINDOW_S, log: Any = print) -> Inflight
             claim_s = time.monotonic() - created
             log(f"  {tasks} Tasks Running after {claim_s:.1f} s")
             time.sleep(5)  # the last claims' checkpoint and Event writes
-            before, cpu_before = _requests(op.metrics()), _cpu_s(pid)
+            before, cpu_before = _requests(op.metrics()), cpu_seconds(pid)
             start = time.monotonic()
             time.sleep(window_s)
             elapsed = time.monotonic() - start
-            after, cpu_after = _requests(op.metrics()), _cpu_s(pid)
+            after, cpu_after = _requests(op.metrics()), cpu_seconds(pid)
             rss_inflight = _rss_mib(pid)
         finally:
             op.stop()

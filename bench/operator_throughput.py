@@ -151,7 +151,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _by_verb(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
+def requests_by_verb(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
+    """`ordo_kube_api_requests_total` by verb, from `parse_metrics`."""
     verbs: dict[str, float] = {}
     for labels, value in metrics.get("ordo_kube_api_requests_total", {}).items():
         match = re.search(r'verb="([^"]+)"', labels)
@@ -280,7 +281,7 @@ def _measure(
         name: (cpu_seconds(pids[name]) - v) * 1000 / (time.monotonic() - t_idle)
         for name, v in idle_before.items()
     }
-    before = [_by_verb(parse_metrics(op.metrics())) for op in ops]
+    before = [requests_by_verb(parse_metrics(op.metrics())) for op in ops]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     calls_before = server.stats()["model_calls"]
     share = math.ceil(count / len(namespaces))
@@ -315,7 +316,7 @@ def _measure(
         done,
         max_running,
         before,
-        [_by_verb(m) for m in metrics],
+        [requests_by_verb(m) for m in metrics],
         metrics,
         cpu_ms,
         idle_rate,
