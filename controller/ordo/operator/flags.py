@@ -121,3 +121,25 @@ def parse_quantities(value: str) -> dict[str, str]:
             raise ValueError(f"expected cpu=QUANTITY or memory=QUANTITY, got {part!r}")
         out[key] = amount
     return out
+
+
+def parse_workers(value: str) -> int | None:
+    """`--workers`: a count (0 or more), or None for `auto` (the cgroup's CPUs,
+    operator/workers/cpus.py). Raises argparse.ArgumentTypeError otherwise."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of workers (0 or more) or auto, not {value!r}"
+        )
+    return count
+
+
+def workers_flag(value: str) -> str:
+    """The argparse type of `--workers`: the value as given, once it parses."""
+    parse_workers(value)
+    return value

@@ -11,9 +11,9 @@ import signal
 from typing import Any
 
 from ..runtime import tracing
-from .flags import add_flags
+from .flags import add_flags, parse_workers
 from .flags import parse_quantities as parse_quantities  # where `ordo operator` had it
-from .settings import RUN_TASK_SETTINGS, SETTINGS, parse_workers
+from .settings import RUN_TASK_SETTINGS, SETTINGS
 from .telemetry import logs
 from .workers.cpus import auto_workers
 

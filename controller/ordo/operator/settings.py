@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.agent import ExecutionMode
 from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
-from .flags import Setting, duration_seconds, parse_quantities
+from .flags import Setting, duration_seconds, parse_quantities, workers_flag
 from .jobsettings import (
     JOB_BACKOFF_LIMIT,
     JOB_CANCEL_GRACE_SECONDS,
@@ -32,30 +32,6 @@ from .jobsettings import (
 )
 
 # -- the table -------------------------------------------------------------------------------
-
-
-def parse_workers(value: str) -> int | None:
-    """`--workers`: a count (0 or more), or None for `auto` (the cgroup's CPUs,
-    operator/workers/cpus.py). Raises argparse.ArgumentTypeError otherwise."""
-    import argparse
-
-    if value == "auto":
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of workers (0 or more) or auto, not {value!r}"
-        )
-    return count
-
-
-def workers_flag(value: str) -> str:
-    """The argparse type of `--workers`: the value as given, once it parses."""
-    parse_workers(value)
-    return value
 
 
 NAMESPACE = Setting[list[str] | None](
