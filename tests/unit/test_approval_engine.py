@@ -331,3 +331,16 @@ async def test_an_approved_non_idempotent_call_is_checkpointed_as_started_first(
     config = gated(clock=clock, approval_decider=Decider(verdict), on_tool_denied="ReturnError")
     await run_agent(config, ScriptedModel(), box.bindings, state=restored, listeners=[listener])
     assert (True in seen) == (verdict == "Approve")
+
+
+def test_args_digest_is_canonical_json_sha256() -> None:
+    import hashlib
+
+    from ordo.engine.approvals import args_digest
+
+    a = args_digest({"b": 1, "a": {"y": "é", "x": [1, 2]}})
+    b = args_digest({"a": {"x": [1, 2], "y": "é"}, "b": 1})
+    assert a == b
+    expected = hashlib.sha256('{"a":{"x":[1,2],"y":"é"},"b":1}'.encode()).hexdigest()
+    assert a == "sha256:" + expected
+    assert args_digest({"amount": 100}) != args_digest({"amount": 101})

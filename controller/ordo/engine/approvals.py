@@ -23,6 +23,8 @@ reason never enters the engine: only the verdict and the name of who decided.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +49,7 @@ __all__ = [
     "Settled",
     "Verdict",
     "Waiting",
+    "args_digest",
     "awaiting_message",
     "earliest_deadline",
     "merged",
@@ -76,6 +79,17 @@ class ApprovalDecision:
     verdict: Verdict
     by: str = ""
     at: float | None = None
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    """The digest an approval is bound to (issue 26 §5): `sha256:` and the hex SHA-256 of the
+    call's parsed arguments as canonical JSON (keys sorted, no whitespace, UTF-8, non-ASCII
+    kept). `ordo approvals` shows it, a ToolApproval names it, and the operator approves a call
+    only when it equals the digest of the arguments the call will run with."""
+    canonical = json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
