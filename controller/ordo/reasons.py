@@ -14,6 +14,7 @@ Reason = Literal[
     "AgentNotFound",
     "ModelEndpointNotFound",
     "ToolNotFound",
+    "ReservedToolName",
     "SecretNotFound",
     "MemoryNotFound",
     "InvalidSpec",

@@ -149,3 +149,25 @@ spec: {agentRef: plain}
     assert header == ["NAME", "MODEL", "TOOLS", "READY", "SUSPENDED-BY", "AGE"]
     short = control_plane.kubectl("get", "otask,agt", "-n", namespace, "-o", "name").stdout.split()
     assert "task.ordo.dev/t" in short and "agent.ordo.dev/plain" in short
+
+
+def test_tool_in_the_builtin_namespace_is_refused(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A Tool `memory.write` would be `memory_write` to the model and pass the allowlists and
+    ToolPermissions of the built-in: `kubectl apply` is refused naming metadata.name, a
+    `memory.`-prefixed generateName too, and a name that only looks alike is accepted."""
+    manifest = "apiVersion: ordo.dev/v1alpha1\nkind: Tool\nmetadata: {%s}\nspec: {type: mock}\n"
+    for meta in ("name: memory.write", "name: memory.read", "generateName: memory."):
+        verb = "create" if meta.startswith("generateName") else "apply"
+        result = control_plane.kubectl(
+            verb, "-n", namespace, "-f", "-", input=manifest % meta, check=False
+        )
+        assert result.returncode != 0, meta
+        assert "metadata.name" in result.stderr, result.stderr
+        assert "reserved for the built-in memory tools" in result.stderr, result.stderr
+    control_plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=manifest % "name: memory-write"
+    )
+    names = control_plane.kubectl("get", "tools", "-n", namespace, "-o", "name").stdout.split()
+    assert names == ["tool.ordo.dev/memory-write"]

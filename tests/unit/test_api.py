@@ -16,7 +16,15 @@ import jsonschema
 import pytest
 import yaml
 
-from ordo.api import KINDS, Resource, crdgen, manifests, model_tool_name, parse_duration
+from ordo.api import (
+    KINDS,
+    Resource,
+    crdgen,
+    manifests,
+    model_tool_name,
+    parse_duration,
+    reserved_tool_name,
+)
 from ordo.api.agent import Agent
 from ordo.api.memory import Memory
 from ordo.api.modelendpoint import ModelEndpoint
@@ -447,6 +455,25 @@ def test_model_tool_name_rejects(name: str) -> None:
         model_tool_name(name)
 
 
+@pytest.mark.parametrize(
+    ("name", "reserved"),
+    [
+        ("memory.write", True),
+        ("memory.ingest", True),
+        ("memory.future-op", True),
+        ("memory", False),
+        ("memory-write", False),
+        ("memorywrite", False),
+        ("team.memory.write", False),
+    ],
+)
+def test_reserved_tool_name(name: str, reserved: bool) -> None:
+    """Every Tool name whose model-visible name starts `memory_` is reserved (object names
+    have no `_`, so that is exactly the `memory.` prefix the CRD's rule refuses)."""
+    assert reserved_tool_name(name) is reserved
+    assert model_tool_name(name).startswith("memory_") is reserved
+
+
 def test_every_valid_tool_object_name_up_to_64_maps() -> None:
     tool = Tool.model_validate(
         {"metadata": {"name": "a" + "-b.c" * 15 + "d"}, "spec": {"type": "mock"}}
@@ -685,6 +712,16 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "size(self.metadata.name) <= 64": (
         [{**TOOL, "metadata": {"name": "x" * 64}, "spec": {"type": "mock"}}],
         [{**TOOL, "metadata": {"name": "x" * 65}, "spec": {"type": "mock"}}],
+    ),
+    "!self.metadata.name.startsWith('memory.')": (
+        [
+            {**TOOL, "metadata": {"name": name}, "spec": {"type": "mock"}}
+            for name in ("memory", "memory-write", "my.memory.write", "memorywrite")
+        ],
+        [
+            {**TOOL, "metadata": {"name": name}, "spec": {"type": "mock"}}
+            for name in ("memory.write", "memory.read", "memory.search", "memory.x")
+        ],
     ),
     "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
     " : (!has(self.values) || size(self.values) == 0)": (

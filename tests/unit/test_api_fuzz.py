@@ -48,6 +48,7 @@ ENUM_LIKE = [
     "30s",
     "-1s",
     "tool:x:invoke",
+    "memory.write",
     "ordo.dev/v1alpha1",
     "v1",
     "",

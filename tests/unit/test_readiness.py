@@ -102,6 +102,32 @@ async def test_tool_permission_names_the_missing_tool() -> None:
     assert (verdict.status, verdict.reason) == ("True", "Resolved")
 
 
+async def test_tool_permission_for_a_builtin_memory_tool_is_resolved() -> None:
+    guard = permission("guard", "memory.write", "memory:notes:write")
+    verdict = await readiness.permission_verdict(guard, DictStore(guard))
+    assert (verdict.status, verdict.reason) == ("True", "Resolved")
+    assert "built-in memory tool 'memory.write'" in verdict.message
+    guard = permission("guard", "memory.delete", "memory:notes:delete")  # no such operation
+    verdict = await readiness.permission_verdict(guard, DictStore(guard))
+    assert (verdict.status, verdict.reason) == ("False", "ToolNotFound")
+
+
+# -- Tool -------------------------------------------------------------------------------------
+
+
+async def test_tool_stored_with_a_builtin_name_is_not_ready() -> None:
+    """A Tool created before the CRD refused names in the built-in namespace is never
+    trusted: Ready=False whatever its spec, before any Secret is read or probe sent."""
+    for name in ("memory.write", "memory.anything"):
+        impostor = mock_tool(name)
+        verdict = await readiness.tool_verdict(impostor, DictStore(impostor))
+        assert (verdict.status, verdict.reason) == ("False", "ReservedName"), name
+        assert verdict.message.startswith("metadata.name: ") and "memory." in verdict.message
+    fine = mock_tool("memory-write")
+    verdict = await readiness.tool_verdict(fine, DictStore(fine))
+    assert verdict.status == "True"
+
+
 # -- AgentRole --------------------------------------------------------------------------------
 
 
@@ -168,6 +194,12 @@ async def test_agent_policy_blocking_an_unknown_tool_is_not_ready() -> None:
 
     store.put(mock_tool("shel"))
     verdict = await readiness.policy_verdict(block, store)
+    assert (verdict.status, verdict.reason) == ("True", "Selected")
+
+
+async def test_agent_policy_blocking_builtin_memory_tools_is_ready() -> None:
+    block = policy("read-only", blockedTools=["memory.write", "memory.ingest"])
+    verdict = await readiness.policy_verdict(block, DictStore(block, agent("a1")))
     assert (verdict.status, verdict.reason) == ("True", "Selected")
 
 

@@ -147,6 +147,8 @@ def test_a_tool_call_record_is_shown_as_the_status_always_showed_it() -> None:
     assert status.to_dict()["toolCalls"][1] == {
         "step": 3,
         "tool": "deploy",
+        "toolObject": None,
+        "builtin": None,
         "decision": "denied",
         "reason": "BlockedByPolicy: strict",
         "outcome": None,

@@ -15,7 +15,7 @@ from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
-from .tool import Tool, ToolSpec, model_tool_name
+from .tool import Tool, ToolSpec, model_tool_name, reserved_tool_name
 from .toolapproval import TOOL_APPROVAL_IMMUTABLE, ToolApproval, ToolApprovalSpec
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
@@ -211,4 +211,5 @@ __all__ = [
     "ToolSpec",
     "model_tool_name",
     "parse_duration",
+    "reserved_tool_name",
 ]

@@ -134,6 +134,11 @@ class ToolCallRecord:
     call_id: str | None = None
     error: str | None = None
     """Why an allowed call failed, sanitised (`HTTPStatus 503`, `ConnectError`, `Timeout`)."""
+    tool_object: str | None = None
+    """The Tool object the name was bound to in this run; None for a built-in or a name
+    bound to nothing."""
+    builtin: bool = False
+    """The name is a built-in tool's (`memory_<op>`), which no Tool object may have."""
     _given: frozenset[str] | None = field(default=None, init=False, compare=False, repr=False)
     """The status fields it was read with; None: ordo built it (api/records.py)."""
 
@@ -150,6 +155,10 @@ class ToolCallRecord:
             d["callId"] = self.call_id
         if self.error:
             d["error"] = self.error
+        if self.tool_object:
+            d["toolObject"] = self.tool_object
+        if self.builtin:
+            d["builtin"] = True
         return d
 
     @classmethod
@@ -162,6 +171,8 @@ class ToolCallRecord:
             d.get("outcome"),
             d.get("callId"),
             d.get("error"),
+            d.get("toolObject"),
+            bool(d.get("builtin", False)),
         )
 
     @classmethod
@@ -178,6 +189,12 @@ class _ToolCallFields(OrdoModel):
     """Step (model call) that requested the tool."""
     tool: Annotated[str, Field(max_length=128)]
     """The name the model used."""
+    tool_object: Annotated[str, Field(max_length=253)] | None = None
+    """The Tool object that name was bound to in this run (the model sees a Tool `web.search`
+    as `web_search`); unset for a built-in tool and for a name bound to nothing."""
+    builtin: bool | None = None
+    """`true` when `tool` is a built-in memory tool (`memory_<op>`): no Tool object may be
+    named in the built-in namespace (`memory.*`), so such a record is never a Tool's call."""
     decision: ToolDecision
     """`allowed`; `denied` by governance; or `rejected` by the loop (duplicate in one response,
     already called in an earlier step, invalid arguments): a rejected call never runs."""
@@ -193,7 +210,17 @@ class _ToolCallFields(OrdoModel):
 
 
 def _tool_call(f: _ToolCallFields) -> ToolCallRecord:
-    return ToolCallRecord(f.step, f.tool, f.decision, f.reason or "", f.outcome, f.call_id, f.error)
+    return ToolCallRecord(
+        f.step,
+        f.tool,
+        f.decision,
+        f.reason or "",
+        f.outcome,
+        f.call_id,
+        f.error,
+        f.tool_object,
+        bool(f.builtin),
+    )
 
 
 def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
@@ -201,6 +228,8 @@ def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
     return {
         "step": r.step,
         "tool": r.tool,
+        "toolObject": r.tool_object or None,
+        "builtin": True if r.builtin else None,
         "decision": r.decision,
         "reason": r.reason or None,
         "outcome": r.outcome or None,

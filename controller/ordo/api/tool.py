@@ -22,6 +22,17 @@ ToolType = Literal["http", "mcp", "mock"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+BUILTIN_TOOL_PREFIX = "memory."
+"""The built-in namespace: the built-in memory tools are `memory.<op>` to policies and
+ToolPermissions and `memory_<op>` to the model. A Tool object named in it would pass the
+allowlists and permissions written for a built-in and show the model (and the audit trail) a
+built-in's name, so no Tool may be named so. Object names are DNS-1123 (no `_`), so this
+prefix is also every name whose model-visible name starts `memory_`."""
+RESERVED_NAME_MESSAGE = (
+    "Tool names starting with 'memory.' are reserved for the built-in memory tools "
+    "(the model would see a built-in's name, e.g. memory_write): rename the Tool, "
+    "e.g. memory-write, and the Agents' spec.tools that name it"
+)
 
 HeaderMap = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field(max_length=64)]
 Url = Annotated[str, Field(pattern=r"^https?://", min_length=8, max_length=2048)]
@@ -162,6 +173,14 @@ class ToolStatus(StatusBase):
     """Observed state: for mcp, `Ready` says whether the server lists the tool."""
 
 
+def reserved_tool_name(object_name: str) -> bool:
+    """Whether `object_name` is in the built-in namespace (`BUILTIN_TOOL_PREFIX`), or maps to
+    a model-visible name there: no Tool may have such a name."""
+    return object_name.startswith(BUILTIN_TOOL_PREFIX) or object_name.replace(".", "_").startswith(
+        "memory_"
+    )
+
+
 def model_tool_name(object_name: str) -> str:
     """The function name the model sees for a Tool: the object name with `.` mapped to `_`
     (providers accept `[a-zA-Z0-9_-]{1,64}`). Raises ValueError when it cannot fit."""
@@ -186,6 +205,12 @@ class Tool(Resource):
             rule="size(self.metadata.name) <= 64",
             message="Tool names are at most 64 characters (the model sees the name as a function name)",
             check=lambda t: len(t.metadata.name or "") <= 64,
+            field_path="metadata.name",
+        ),
+        CelRule(
+            rule="!self.metadata.name.startsWith('memory.')",
+            message=RESERVED_NAME_MESSAGE,
+            check=lambda t: not reserved_tool_name(t.metadata.name or ""),
             field_path="metadata.name",
         ),
     )

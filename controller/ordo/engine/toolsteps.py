@@ -6,6 +6,9 @@ with none yet. A refusal that must end the run comes back as a `Denial` (engine/
 After a restart, `complete_pending` finishes the calls of the last step that have no result:
 a call that may have started runs again only if its tool is idempotent (else the run ends
 `Interrupted`). `fill_unanswered` keeps the transcript well-formed when a run stops mid-step.
+
+Every record names what the model's name was bound to (`_attributed`): the Tool object, or a
+built-in, so the audit trail tells a Tool's call from a built-in's.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ..api.task import ToolOutcome
 from ..errors import Interrupted
 from . import guardsteps as guard
 from .events import Checkpoint, Listener, StepFinished, ToolDecided, ToolFinished
+from .governance import memory_operation
 from .guardrails import GuardrailBinding
 from .screening import Screened, approval_gate, screen_call
 from .state import RunConfig, RunState, ToolCallRecord
@@ -26,6 +31,15 @@ from .transcript import AssistantMessage, ToolCall, ToolResult
 from .verdicts import Denial
 
 __all__ = ["complete_pending", "fill_unanswered", "run_calls"]
+
+
+def _attributed(record: ToolCallRecord, bound: ToolBinding | None) -> ToolCallRecord:
+    """`record` with the Tool object its name was bound to, or marked built-in: a bound
+    built-in, or a built-in's name the run did not bind (no Tool may be named so)."""
+    if bound is not None and not bound.builtin:
+        return replace(record, tool_object=bound.object_name, builtin=False)
+    builtin = bound is not None or memory_operation(record.tool) is not None
+    return replace(record, tool_object=None, builtin=builtin)
 
 
 async def _execute(
@@ -65,9 +79,7 @@ async def _execute(
         )
     duration = time.monotonic() - started
     await emit(ToolFinished(state.step, call.name, outcome, duration, call.id, cause))
-    record = ToolCallRecord(
-        state.step, call.name, "allowed", screened.record.reason, outcome, call.id, cause
-    )
+    record = replace(screened.record, step=state.step, outcome=outcome, error=cause)
     return record, result
 
 
@@ -89,17 +101,15 @@ async def run_calls(
     for call in calls:
         screened = await screen_call(call, state.step, config, by_name, state.used_tools, seen)
         seen.add(call.name)
+        bound = by_name.get(call.name)
         if (
             resuming
             and screened.binding is not None
             and call.id in state.started_calls
             and not screened.binding.idempotent
         ):
-            state.records.append(
-                ToolCallRecord(
-                    state.step, call.name, "allowed", screened.record.reason, "interrupted", call.id
-                )
-            )
+            interrupted = replace(screened.record, outcome="interrupted")
+            state.records.append(_attributed(interrupted, bound))
             raise Interrupted(
                 f"tool {screened.binding.object_name!r} may have run before the restart and is "
                 "not idempotent; it was not repeated"
@@ -113,7 +123,8 @@ async def run_calls(
             if gated is None:
                 continue  # waits for a human decision: no result yet (approvals.py)
             screened = gated
-        await emit(ToolDecided(screened.record, offered=call.name in by_name))
+        screened = replace(screened, record=_attributed(screened.record, bound))
+        await emit(ToolDecided(screened.record, offered=bound is not None))
         if screened.binding is None:
             state.records.append(screened.record)
             assert screened.result is not None

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..api import Agent, Memory, ModelEndpoint, Task, Tool, model_tool_name, parse_duration
+from ..api import (
+    Agent,
+    Memory,
+    ModelEndpoint,
+    Task,
+    Tool,
+    model_tool_name,
+    parse_duration,
+    reserved_tool_name,
+)
 from ..api.agent import Skill
+from ..api.tool import RESERVED_NAME_MESSAGE
 from ..engine import output as output_mod
 from ..engine.approvals import merged
 from ..engine.governance import ApprovalRule, memory_policy_names
@@ -53,6 +63,8 @@ def _check_agent(agent: Agent) -> None:
 
 
 async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
+    if reserved_tool_name(name):  # stored before the CRD refused it: never trusted as a Tool
+        raise ResolutionError("ReservedToolName", f"Tool {name!r}: {RESERVED_NAME_MESSAGE}")
     # The schema is checked once per version of the Tool (fetch's parse cache).
     tool = await fetch.get(
         store, Tool, namespace, name, "ToolNotFound", f"Tool {name!r}", check=_check_tool

@@ -81,6 +81,8 @@ def record_model(record: EngineRecord) -> ToolCallRecord:
         outcome=_outcome(record.outcome),
         call_id=cap(record.call_id, MAX_CALL_ID_CHARS) if record.call_id else None,
         error=cap(record.error, 128) if record.error else None,  # the CRD maxLength
+        tool_object=record.tool_object,  # an object name: at most 253 characters already
+        builtin=record.builtin,
     )
 
 

@@ -7,7 +7,9 @@
   SSRF guard); mcp: the server lists the tool.
 - Memory: its Secret and key exist; redis/postgres: a TCP connection to the host opens.
 - AgentRole: valid; `status.agents` counts the Agents that hold it.
-- ToolPermission: the Tool it guards exists.
+- Tool: not named in the built-in namespace (`ReservedName`, for one stored before the CRD
+  refused such names).
+- ToolPermission: the Tool it guards exists (or it guards a built-in memory tool).
 - AgentPolicy: `status.selectedAgents` counts the Agents it selects; not Ready when it selects
   none (`SelectsNothing`) or blocks a Tool that does not exist (`ToolNotFound`: a typo that
   blocks nothing). Enforcement does not depend on this condition.
@@ -28,10 +30,20 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from ...api import Agent, AgentPolicy, AgentRole, Memory, ModelEndpoint, Tool, ToolPermission
+from ...api import (
+    MEMORY_OPERATIONS,
+    Agent,
+    AgentPolicy,
+    AgentRole,
+    Memory,
+    ModelEndpoint,
+    Tool,
+    ToolPermission,
+)
 from ...api.manifests import references
 from ...api.policy import LabelSelector
-from ...api.tool import model_tool_name
+from ...api.tool import RESERVED_NAME_MESSAGE, model_tool_name, reserved_tool_name
+from ...engine.governance import memory_policy_names
 from ...engine.tooling import ResolvedTool
 from ...errors import InvalidSchema, ToolFailure, validation_problem
 from ...runtime.store import ObjectStore
@@ -188,6 +200,8 @@ async def _http_reachable(tool: Tool) -> Verdict:
 
 
 async def tool_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
+    if reserved_tool_name(str(body["metadata"]["name"])):  # stored before the CRD refused it
+        return Verdict("False", "ReservedName", f"metadata.name: {RESERVED_NAME_MESSAGE}")
     tool = Tool.model_validate(body)
     try:
         visible = model_tool_name(tool.name)
@@ -262,9 +276,16 @@ async def role_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     )
 
 
+def _builtin(name: str) -> bool:
+    """Whether a policy or a ToolPermission name stands for a built-in memory tool."""
+    return any(name in memory_policy_names(op) for op in MEMORY_OPERATIONS)
+
+
 async def permission_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     permission = ToolPermission.model_validate(body)
     tool = permission.spec.tool_ref
+    if _builtin(tool):
+        return Verdict("True", "Resolved", f"guards the built-in memory tool {tool!r}")
     if await store.get("Tool", permission.namespace, tool) is None:
         return Verdict("False", "ToolNotFound", f"Tool {tool!r} not found")
     return Verdict("True", "Resolved", f"guards Tool {tool!r}")
@@ -285,7 +306,7 @@ async def policy_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     blocked = policy.spec.blocked_tools or []
     if blocked:
         tools = {str(t["metadata"]["name"]) for t in await store.list("Tool", ns)}
-        unknown = [name for name in blocked if name not in tools]
+        unknown = [name for name in blocked if name not in tools and not _builtin(name)]
         if unknown:
             return Verdict(
                 "False",
