@@ -27,6 +27,7 @@ from tests.support.operator import (
     wait_task,
 )
 
+from ordo.engine.approvals import args_digest
 from ordo_devcluster import ControlPlane
 
 ARGUMENT_CANARY = "canary-arg-7f3e91"
@@ -145,6 +146,19 @@ def test_approved_by_another_identity_after_a_sigkill_runs_exactly_once(
         listing = ordo(cp, approver, "approvals", "gated", "-n", ns)
         assert listing.returncode == 0, listing.stderr
         assert "call_1" in listing.stdout and ARGUMENT_CANARY in listing.stdout
+        # Read from the published calls (not the checkpoint), with the digest an approval binds.
+        digest = args_digest({"target": ARGUMENT_CANARY})
+        assert f"digest: {digest}" in listing.stdout
+        published = f"ordo-approval-{task['metadata']['uid']}"
+        calls = json.loads(get_json(cp, "configmap", published, "-n", ns)["data"]["calls.json"])
+        assert calls == [
+            {
+                "callId": "call_1",
+                "tool": "deploy",
+                "arguments": {"target": ARGUMENT_CANARY},
+                "argsDigest": digest,
+            }
+        ]
         done = ordo(cp, approver, "approve", "gated", "call_1", "-n", ns, "--reason", REASON_CANARY)
         assert done.returncode == 0, done.stderr
 
@@ -153,6 +167,13 @@ def test_approved_by_another_identity_after_a_sigkill_runs_exactly_once(
         assert tool.count == 1
         (record,) = [r for r in status["toolCalls"] if r.get("callId") == "call_1"]
         assert record["reason"].startswith("Approved: gated-approve-")
+        wait_for(
+            lambda: (
+                not get_json(cp, "configmaps", "-n", ns, "-l", "ordo.dev/pending-calls-of")["items"]
+            ),
+            30,
+            what="the published calls withdrawn once decided",
+        )
         approval = get_json(cp, "toolapprovals", "-n", ns)["items"][0]
         wait_for(
             lambda: any(

@@ -279,7 +279,7 @@ def test_user_roles_component_never_touches_secrets_or_configmaps() -> None:
     for role in roles:
         for group, resource, verb in expand_rules(role["rules"]):
             if role["metadata"]["name"] == "ordo-approver" and group == "":
-                # `ordo approvals TASK` reads the checkpoint: get only, never Secrets
+                # `ordo approvals TASK` reads the published pending calls: get only, never Secrets
                 assert (resource, verb) == ("configmaps", "get")
                 continue
             assert group == "ordo.dev", role["metadata"]["name"]

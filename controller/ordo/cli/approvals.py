@@ -1,8 +1,10 @@
 """`ordo approvals TASK`, `ordo approve TASK CALLID`, `ordo reject TASK CALLID` (issue 16 §3).
 
-`approvals` lists the tool calls a Task waits for, with their arguments read from the Task's
-checkpoint ConfigMap under the caller's own RBAC (the chart's `approver` role may get
-ConfigMaps); the arguments are never in the Task's status. `approve` / `reject` create a
+`approvals` lists the tool calls a Task waits for, with their arguments and `args_digest`
+read from the calls the operator publishes for approvers (operator/tasks/pendingcalls.py: a
+ConfigMap, under the caller's own RBAC; the chart's `approver` role may get ConfigMaps), never
+from the checkpoint; a call whose published digest does not match its published arguments is
+refused (shown as forged, without arguments). The arguments are never in the Task's status. `approve` / `reject` create a
 ToolApproval naming the Task and the call, as the caller: requesters and approvers can be
 different people. Also `kubectl ordo approvals|approve|reject`.
 """
@@ -19,10 +21,11 @@ from typing import Any, TextIO
 import kopf
 
 from ..api import GROUP, VERSION
+from ..engine.approvals import PendingApproval
 from ..operator.kube.auth import KubeconfigError, connect
 from ..operator.kube.client import ApiError, KubeClient
+from ..operator.tasks import pendingcalls
 from ..operator.tasks.approvals import pending_of, rfc3339
-from ..operator.tasks.checkpoint import CheckpointUnreadable, decode, name_for
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
@@ -63,34 +66,47 @@ async def _task(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
 
 
 async def list_calls(kube: KubeClient, namespace: str, name: str) -> list[dict[str, Any]]:
-    """The waiting calls: id, tool, step, deadline and (if the checkpoint is readable) the
-    arguments."""
+    """The waiting calls: id, tool, step, deadline and, from the Task's published calls
+    (operator/tasks/pendingcalls.py), the arguments and their digest. A call whose published
+    digest is not the digest of its published arguments is shown without either, as forged."""
     task = await _task(kube, namespace, name)
     pending = pending_of(task)
-    arguments: dict[str, Any] = {}
+    published: dict[str, pendingcalls.Published] = {}
     note = None
-    try:
-        cm = await kube.get("ConfigMap", namespace, name_for(task))
-        state = decode(cm) if cm is not None else None
-        if state is not None:
-            for item in state.items:
-                for call in getattr(item, "tool_calls", ()) or ():
-                    arguments[call.id] = call.arguments
-    except ApiError as exc:
-        note = f"arguments unavailable: the checkpoint could not be read ({exc.status} {exc.api_reason})"
-    except CheckpointUnreadable as exc:
-        note = f"arguments unavailable: {exc}"
-    return [
-        {
-            "callId": p.call_id,
-            "tool": p.tool,
-            "step": p.step,
-            "deadline": None if p.deadline == float("inf") else rfc3339(p.deadline),
-            **({"arguments": arguments[p.call_id]} if p.call_id in arguments else {}),
-            **({"note": note} if note else {}),
-        }
-        for p in pending
-    ]
+    if pending:
+        try:
+            published = await pendingcalls.read(kube, task)
+        except ApiError as exc:
+            note = f"arguments unavailable: the published calls could not be read ({exc.status} {exc.api_reason})"
+        except pendingcalls.Unavailable as exc:
+            note = f"arguments unavailable: {exc}"
+    return [_shown(p, published.get(p.call_id), note) for p in pending]
+
+
+def _shown(
+    p: PendingApproval, published: pendingcalls.Published | None, note: str | None
+) -> dict[str, Any]:
+    shown: dict[str, Any] = {
+        "callId": p.call_id,
+        "tool": p.tool,
+        "step": p.step,
+        "deadline": None if p.deadline == float("inf") else rfc3339(p.deadline),
+    }
+    if published is None:
+        shown["note"] = note or "arguments unavailable: the call is not in the published calls"
+    elif not published.verified or published.tool != p.tool:
+        shown["note"] = (
+            "REFUSED: the published arguments do not match their digest (or tool): "
+            "the publication was altered; do not approve this call"
+        )
+        shown["forged"] = True
+    else:
+        shown["argsDigest"] = published.digest
+        if published.arguments is None:
+            shown["note"] = "arguments too large to publish; only their digest is shown"
+        else:
+            shown["arguments"] = published.arguments
+    return shown
 
 
 async def decide(
@@ -135,13 +151,15 @@ async def _run(args: argparse.Namespace, info: kopf.ConnectionInfo, out: TextIO)
                     f"deadline={c['deadline'] or 'none'}",
                     file=out,
                 )
+                if "argsDigest" in c:
+                    print(f"  digest: {c['argsDigest']}", file=out)
                 if "arguments" in c:
                     print(
                         "  " + json.dumps(c["arguments"], indent=2).replace("\n", "\n  "), file=out
                     )
-                elif "note" in c:
+                if "note" in c:
                     print(f"  ({c['note']})", file=out)
-            return EXIT_OK
+            return EXIT_REFUSED if any(c.get("forged") for c in calls) else EXIT_OK
         created = await decide(kube, namespace, args.task, args.call_id, args.decision, args.reason)
         print(f"toolapproval/{created['metadata']['name']} created", file=out)
         return EXIT_OK

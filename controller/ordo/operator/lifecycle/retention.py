@@ -11,8 +11,8 @@ The deletion is a DELETE of the Task as last read, conditional on its resourceVe
 Task re-created under the same name, or changed since it was read, is never deleted on a
 stale decision: it is read and judged again), with `propagationPolicy: Background`. The API
 server honours finalizers: a Task that still carries one stays, marked for deletion, until
-its owner removes it. What the Task owns (checkpoint ConfigMap, Job-mode
-Job) is garbage-collected through its ownerReferences on a real cluster; once the Task is
+its owner removes it. What the Task owns (checkpoint ConfigMap, published pending calls,
+Job-mode Job) is garbage-collected through its ownerReferences on a real cluster; once the Task is
 gone the operator also deletes those it knows, each only if it is still owned by that Task's
 uid, so they do not outlive it where no garbage collector runs.
 """
@@ -30,7 +30,7 @@ from ... import timestamps
 from ...api import TERMINAL_PHASES
 from ..jobmode import supervisor as jobs
 from ..kube.client import ApiError, KubeClient
-from ..tasks import checkpoint
+from ..tasks import checkpoint, pendingcalls
 from ..telemetry.metrics import Metrics
 
 log = logging.getLogger("ordo.operator")
@@ -294,6 +294,7 @@ class Retention:
         task = {"metadata": {"uid": uid}}
         owned = (
             ("ConfigMap", checkpoint.name_for(task), None),
+            ("ConfigMap", pendingcalls.name_for(task), None),
             ("Job", jobs.job_name(task), "Background"),
         )
         for kind, name, propagation in owned:

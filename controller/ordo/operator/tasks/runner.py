@@ -26,9 +26,10 @@ from ...api import Task
 from ...errors import Interrupted
 from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
 from ...runtime.store import ObjectStore
+from ..kube.client import ApiError, Fenced
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from . import approvals, taskstatus
+from . import approvals, pendingcalls, taskstatus
 from .checkpoint import CheckpointDeleter, CheckpointStore
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
@@ -158,6 +159,7 @@ class Runner:
                         self.writer.client, task.namespace, task.name, execution_id, fields
                     )
                     body.setdefault("status", {}).update(fields)
+                    await self._withdraw(body)
             await self.writer.recorder.post(
                 body,
                 "Resumed" if claim.resuming else "Started",
@@ -236,23 +238,39 @@ class Runner:
         checkpoints: CheckpointStore,
         execution_id: str,
     ) -> None:
-        """The run stopped for approvals: checkpoint (the arguments stay there), then the
-        condition, the pending calls (ids and tools) and the progress in status, an Event.
-        The lease and the slot are released by the caller; the Task stays Running."""
+        """The run stopped for approvals: checkpoint, the waiting calls' arguments and digests
+        for approvers (pendingcalls.py), then the condition, the pending calls (ids and tools)
+        and the progress in status, an Event. The lease and the slot are released by the
+        caller; the Task stays Running."""
         assert outcome.result is not None
         state = outcome.result.state
         await checkpoints.save(state)
+        client = self.writer.client
+        published = await pendingcalls.publish(client, body, execution_id, state)
         meta = body["metadata"]
         status = body.get("status") or {}
         fields = taskstatus.awaiting_approval(state, status.get("conditions"))
-        await taskstatus.fenced(
-            self.writer.client, meta["namespace"], meta["name"], execution_id, fields
-        )
+        try:
+            await taskstatus.fenced(client, meta["namespace"], meta["name"], execution_id, fields)
+        except Fenced:
+            # Another execution owns the Task: what we published is not what it waits for.
+            await pendingcalls.withdraw(client, body, published)
+            raise
         await self.writer.recorder.post(body, approvals.CONDITION, outcome.message)
         log.info(
             "run stopped to wait for tool-call approvals",
             extra={"ordo": {"calls": len(state.approvals)}},
         )
+
+    async def _withdraw(self, body: dict[str, Any]) -> None:
+        """Delete the published calls of a resumed Task, best effort: a publication left over
+        names an earlier execution, which no reader shows (pendingcalls.py)."""
+        try:
+            await pendingcalls.withdraw(self.writer.client, body)
+        except ApiError:
+            log.warning(
+                "the published pending calls could not be deleted; the Task's deletion will"
+            )
 
     @staticmethod
     async def _resume_state(checkpoints: CheckpointStore, snapshot: Snapshot, step: int) -> Any:
