@@ -240,7 +240,7 @@ def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
 
 class PendingApprovalStatus(OrdoModel):
     """A tool call waiting for a human decision (never its arguments: `ordo approvals TASK`
-    reads them from the checkpoint)."""
+    reads them, with their digest, from the ConfigMap `ordo-approval-<task uid>`)."""
 
     call_id: Annotated[str, Field(max_length=256)]
     """The provider's call id: what a ToolApproval's `spec.callId` names."""
