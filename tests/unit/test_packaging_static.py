@@ -211,6 +211,11 @@ def test_values_yaml_satisfies_its_schema() -> None:
         (("resources",), {"requests": {"cpu": "lots"}}),
         (("resources",), {"requests": {"gpu": 1}}),
         (("jobs", "resources"), {"limits": {"ephemeral-storage": "1Gi"}}),
+        (("admissionPolicies", "enabled"), "yes"),
+        (("admissionPolicies", "reservedLabels", "prefix"), "policy.ordo.dev"),
+        (("admissionPolicies", "reservedLabels", "prefix"), "x/' || true || '/"),
+        (("admissionPolicies", "reservedLabels", "resources"), []),
+        (("admissionPolicies", "reservedLabels", "resources"), ["secrets"]),
     ],
 )
 def test_values_schema_rejects(path: tuple[str, ...], value: object) -> None:

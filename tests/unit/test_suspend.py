@@ -369,7 +369,7 @@ def test_ordo_run_applies_suspend_and_allowed_tools_from_manifests(
             kind: AgentPolicy
             metadata: {name: freeze-interns}
             spec:
-              agentSelector: {matchLabels: {tier: intern}}
+              agentSelector: {matchLabels: {policy.ordo.dev/tier: intern}}
               suspend: true
             ---
             apiVersion: ordo.dev/v1alpha1

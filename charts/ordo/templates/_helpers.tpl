@@ -283,3 +283,31 @@ in two shards would have two operators racing for its Tasks, so it is refused by
 {{- end -}}
 {{- join "," $parts -}}
 {{- end -}}
+
+{{/*
+"true" when the chart renders ordo's ValidatingAdmissionPolicies (admissionPolicies.enabled):
+`auto` renders them with a cluster-wide install only (they are cluster-scoped, and a namespaced
+install creates nothing cluster-wide); `true` renders them in either (a cluster admin installs
+them; a namespaced install binds them to its watched namespaces only); `false` never.
+*/}}
+{{- define "ordo.admissionPolicies" -}}
+{{- $enabled := .Values.admissionPolicies.enabled -}}
+{{- if or (eq (toString $enabled) "true") (and (eq (toString $enabled) "auto") (not (include "ordo.namespaced" .))) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The matchResources of an admission policy's binding: every namespace with a cluster-wide
+install, the watched namespaces (every shard's) with a namespaced one.
+*/}}
+{{- define "ordo.admissionPolicyMatchResources" -}}
+{{- if include "ordo.namespaced" . -}}
+matchResources:
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values: {{ include "ordo.watchedNamespaces" . }}
+{{- else -}}
+matchResources: {}
+{{- end -}}
+{{- end -}}
