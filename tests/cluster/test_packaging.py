@@ -31,8 +31,8 @@ from tests.support.operator import (
     apply,
     events,
     get_json,
-    ready_condition,
     wait_for,
+    wait_ready,
     wait_task,
 )
 from tests.support.packaging import (
@@ -274,15 +274,6 @@ def assert_no_forbidden(op: OperatorProcess) -> None:
         if any(marker in line.lower() for marker in FORBIDDEN_MARKERS)
     ]
     assert not lines, "the operator hit its RBAC limits:\n" + "\n".join(lines[:10])
-
-
-def wait_ready(cp: ControlPlane, ns: str, kind: str, name: str, status: str) -> dict[str, Any]:
-    result: dict[str, Any] = wait_for(
-        lambda: (c := ready_condition(cp, ns, kind, name)) and c["status"] == status and c,
-        30,
-        what=f"{kind}/{name} Ready={status}",
-    )
-    return result
 
 
 def apply_docs(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:

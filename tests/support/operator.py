@@ -222,6 +222,18 @@ def wait_for(
         time.sleep(interval)
 
 
+def wait_ready(
+    cp: ControlPlane, ns: str, kind: str, name: str, status: str, timeout: float = 30
+) -> dict[str, Any]:
+    """The object's `Ready` condition once its status is `status` (`True` or `False`)."""
+    result: dict[str, Any] = wait_for(
+        lambda: (c := ready_condition(cp, ns, kind, name)) and c["status"] == status and c,
+        timeout,
+        what=f"{kind}/{name} Ready={status}",
+    )
+    return result
+
+
 def wait_task(
     cp: ControlPlane,
     namespace: str,

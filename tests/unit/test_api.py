@@ -713,7 +713,7 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [{**TOOL, "metadata": {"name": "x" * 64}, "spec": {"type": "mock"}}],
         [{**TOOL, "metadata": {"name": "x" * 65}, "spec": {"type": "mock"}}],
     ),
-    "!self.metadata.name.startsWith('memory.')": (
+    "oldSelf.hasValue() || !self.metadata.name.startsWith('memory.')": (
         [
             {**TOOL, "metadata": {"name": name}, "spec": {"type": "mock"}}
             for name in ("memory", "memory-write", "my.memory.write", "memorywrite")

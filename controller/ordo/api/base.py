@@ -46,16 +46,27 @@ class CelRule:
     message: str
     check: Callable[[Any], bool] | None
     field_path: str | None = None
+    optional_old_self: bool = False
+    """Evaluate the rule on create too, with `oldSelf` an optional (`oldSelf.hasValue()` on
+    update): how a rule applies to new objects only and ratchets stored ones (Kubernetes
+    1.30+); `check` is then the create-time rule."""
+
+
+def _cel_entry(rule: CelRule, **extra: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"rule": rule.rule, "message": rule.message, **extra}
+    if rule.optional_old_self:
+        entry["optionalOldSelf"] = True
+    return entry
 
 
 def _add_cel_rules(schema: dict[str, Any], cls: type[Any]) -> None:
     rules = [
-        {"rule": r.rule, "message": r.message}
+        _cel_entry(r)
         for r in getattr(cls, "cel_rules", ())
         if r.field_path is None or not r.field_path.startswith("metadata.")
     ]
     root_rules = [
-        {"rule": r.rule, "message": r.message, "fieldPath": "." + r.field_path}
+        _cel_entry(r, fieldPath="." + r.field_path)
         for r in getattr(cls, "cel_rules", ())
         if r.field_path and r.field_path.startswith("metadata.")
     ]

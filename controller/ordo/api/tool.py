@@ -207,10 +207,14 @@ class Tool(Resource):
             check=lambda t: len(t.metadata.name or "") <= 64,
             field_path="metadata.name",
         ),
+        # New Tools only: names are immutable, so an update (any status write included) is of
+        # a Tool stored before this rule, which the operator refuses itself (`ReservedName`);
+        # the API server must still accept its status.
         CelRule(
-            rule="!self.metadata.name.startsWith('memory.')",
+            rule="oldSelf.hasValue() || !self.metadata.name.startsWith('memory.')",
             message=RESERVED_NAME_MESSAGE,
             check=lambda t: not reserved_tool_name(t.metadata.name or ""),
             field_path="metadata.name",
+            optional_old_self=True,
         ),
     )
