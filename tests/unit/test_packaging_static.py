@@ -306,6 +306,7 @@ def _populated() -> Metrics:
     metrics.kube_requests.labels("get").inc()
     metrics.tasks_deleted.labels("ns").inc()
     metrics.guardrail_decisions.labels("g", "input", "denied").inc()
+    metrics.tool_rule_decisions.labels("ns", "p", "r", "Deny", "Enforce", "matched").inc()
     metrics.claims.labels("claimed").inc()
     metrics.cache_synced.labels("Agent").set(1)
     metrics.cache_watch_restarts.labels("Agent", "expired").inc()
@@ -376,7 +377,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 13
+    assert checked == 14
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -16,6 +16,7 @@ from .base import (
     StatusBase,
     UniqueItems,
     UniqueNames,
+    named_items,
 )
 from .jsonschemas import user_schema
 
@@ -26,6 +27,7 @@ NameList = Annotated[
     list[Name],
     Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
     UniqueItems,
+    named_items,
 ]
 
 
@@ -136,13 +138,7 @@ class AgentSpec(OrdoModel):
     skills: (
         Annotated[
             list[Skill],
-            Field(
-                max_length=64,
-                json_schema_extra={
-                    "x-kubernetes-list-type": "map",
-                    "x-kubernetes-list-map-keys": ["name"],
-                },
-            ),
+            named_items(64),
             UniqueNames,
         ]
         | None

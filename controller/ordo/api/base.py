@@ -219,6 +219,15 @@ UniqueNames = AfterValidator(_unique_names)
 `x-kubernetes-list-type: map` keyed on `name`."""
 
 
+def named_items(max_items: int) -> Any:
+    """The Field of a list of objects keyed by `name` (with UniqueNames): at most `max_items`,
+    an `x-kubernetes-list-type: map` on `name` for the API server."""
+    return Field(
+        max_length=max_items,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
 class SecretKeyRef(OrdoModel):
     """A key in a Secret in the same namespace."""
 

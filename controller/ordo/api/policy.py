@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, model_validator
 
-from .base import CelRule, Name, OrdoModel, Resource, StatusBase, UniqueItems
+from .base import (
+    CelRule,
+    Name,
+    OrdoModel,
+    Resource,
+    StatusBase,
+    UniqueItems,
+    UniqueNames,
+    named_items,
+)
+from .celexpr import MAX_EXPRESSION_CHARS, CelError, Program, compile_expression
 
 OnToolDenied = Literal["Fail", "ReturnError"]
 SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -64,6 +74,51 @@ class LabelSelector(OrdoModel):
         return True
 
 
+ToolRuleAction = Literal["Deny", "RequireApproval"]
+ToolRuleMode = Literal["Enforce", "Audit"]
+
+
+class ToolRule(OrdoModel):
+    """An argument-aware rule on tool calls (docs/governance.md, "Tool rules"): when `when`
+    is true for a call of one of `tools`, the call is denied or needs a human approval."""
+
+    name: Name
+    """Unique in the policy; `status.toolCalls[].reason` and the metric name it."""
+    tools: Annotated[
+        list[Name],
+        Field(min_length=1, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        UniqueItems,
+    ]
+    """Tool object names the rule applies to (memory tools as `memory.<operation>`)."""
+    when: Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)]
+    """A CEL expression over `args` (the call's parsed arguments), `agent` and `task` (`name`,
+    `labels`), `step` and `usage` (`inputTokens`, `outputTokens`, `totalTokens`) that yields a
+    bool, e.g. `args.amount > 100`. Compiled when the policy is read: one that does not
+    compile makes the policy invalid (runs fail `PolicyUnavailable`)."""
+    action: ToolRuleAction
+    """`Deny` the call, or `RequireApproval` of a human for it (engine/approvals.py)."""
+    mode: ToolRuleMode = "Enforce"
+    """`Audit` only records what the rule would have done (in `status.toolCalls[].reason`)."""
+    message: Annotated[str, Field(max_length=256)] | None = None
+    """What the model is told when the rule denies a call (never shown in status)."""
+
+    _program: Program | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _compile(self) -> ToolRule:
+        try:
+            self._program = compile_expression(self.when)
+        except CelError as exc:
+            raise ValueError(f"toolRule {self.name!r}: when: {exc}") from None
+        return self
+
+    @property
+    def program(self) -> Program:
+        """The compiled `when` (set by validation)."""
+        assert self._program is not None
+        return self._program
+
+
 class AgentPolicySpec(OrdoModel):
     """Desired state of an AgentPolicy."""
 
@@ -107,6 +162,16 @@ class AgentPolicySpec(OrdoModel):
     does not fails `GuardrailMissing` before any model call."""
     on_tool_denied: OnToolDenied = "Fail"
     """`Fail` ends the Task with `ToolDenied`; `ReturnError` tells the model and continues."""
+    tool_rules: (
+        Annotated[
+            list[ToolRule],
+            named_items(64),
+            UniqueNames,
+        ]
+        | None
+    ) = None
+    """Argument-aware rules, checked after the checks above and before guardrails and
+    approvals; every selecting policy's rules apply."""
 
 
 class AgentPolicyStatus(StatusBase):

@@ -69,6 +69,19 @@ class ToolDecided:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolRuleEvaluated:
+    """An AgentPolicy tool rule evaluated on a call (engine/toolrules.py): the policy and
+    rule names (objects), the rule's action and mode, and `matched`, `notMatched` or
+    `error`; never the arguments."""
+
+    policy: str
+    rule: str
+    action: str
+    mode: str
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolFinished:
     step: int
     tool: str
@@ -110,6 +123,7 @@ Event = (
     | StepStarted
     | ModelResponded
     | ToolDecided
+    | ToolRuleEvaluated
     | ToolFinished
     | GuardrailFired
     | StepFinished

@@ -17,6 +17,9 @@ wins:
    memory operation `memory:<memory name>:<op>` (`MissingPermission`). An Agent without roles
    and without a ToolPermission for the tool may call it (`NoPermissionRequired`).
 
+A call these checks allow then meets the policies' argument-aware `toolRules`
+(engine/toolrules.py, once its arguments are known to be valid).
+
 Every Decision's reason is bounded (`REASON_MAX_CHARS`, the CRD's `toolCalls[].reason`) and
 single-line, so whatever a policy or an API error says, the status write fits.
 
@@ -38,6 +41,7 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from ..api.agent import MEMORY_OPERATIONS
+from ..api.policy import ToolRule
 
 REASON_MAX_CHARS = 1024
 """`status.toolCalls[].reason` maxLength in the Task CRD."""
@@ -92,6 +96,20 @@ class ApprovalRule:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundRule:
+    """An AgentPolicy's tool rule (`spec.toolRules[]`, compiled); engine/toolrules.py
+    evaluates it per call."""
+
+    policy: str
+    rule: ToolRule
+
+    @property
+    def label(self) -> str:
+        """`<policy>/<rule>`: how records and messages name it."""
+        return f"{self.policy}/{self.rule.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class PermissionRule:
     """One ToolPermission, reduced to what a decision needs."""
 
@@ -139,6 +157,9 @@ class Governance:
     approvals: dict[str, ApprovalRule] = field(default_factory=dict)
     """Tool name (or `memory.<op>` / `memory_<op>`) → why a call of it needs a human approval
     (engine/approvals.py); with `within`, the requirements of both apply."""
+    tool_rules: tuple[BoundRule, ...] = ()
+    """The selecting policies' `toolRules`, by policy name then position; with `within`, the
+    rules of both apply (engine/toolrules.py)."""
     within: Governance | None = None
     """The governance this one narrows (the run's start-time one): it must allow a call too."""
 

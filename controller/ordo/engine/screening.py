@@ -11,15 +11,16 @@ decided, so no reason is ever read back from a record's text.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..api.task import Reason, ToolDecision
-from . import approvals
-from .governance import bounded_reason
+from . import approvals, toolrules
+from .governance import ApprovalRule, bounded_reason, memory_operation, memory_policy_names
 from .state import RunConfig, RunState, ToolCallRecord
 from .stepcalls import check_arguments
 from .tooling import ToolBinding
-from .transcript import ToolCall, ToolResult
+from .toolrules import RuleEvaluation
+from .transcript import ToolCall, ToolResult, Usage
 
 __all__ = ["Screened", "approval_gate", "screen_call"]
 
@@ -35,6 +36,22 @@ class Screened:
     ends_as: Reason = "ToolDenied"
     """The Task reason when this refusal ends the run (a `denied` record and `onToolDenied:
     Fail`): ToolDenied (governance), GuardrailViolation, ApprovalRejected, ApprovalTimedOut."""
+    rule_approval: ApprovalRule | None = None
+    """Set when an AgentPolicy tool rule requires a human approval of this call."""
+    rule_notes: tuple[str, ...] = ()
+    """What the tool rules noted (engine/toolrules.py), kept on the record's reason."""
+    rule_evaluations: tuple[RuleEvaluation, ...] = ()
+    """Every tool rule evaluated on the call (for the `ToolRuleEvaluated` events)."""
+
+
+def _with_notes(reason: str, notes: tuple[str, ...]) -> str:
+    return bounded_reason("; ".join((reason, *notes)) if notes else reason)
+
+
+def _rule_names(binding: ToolBinding) -> tuple[str, ...]:
+    """How `toolRules[].tools` may name the call's tool (memory tools as `memory.<op>`)."""
+    op = memory_operation(binding.object_name) if binding.builtin else None
+    return memory_policy_names(op) if op is not None else (binding.object_name,)
 
 
 def _refuse(call: ToolCall, step: int, decision: ToolDecision, reason: str, text: str) -> Screened:
@@ -49,10 +66,11 @@ async def screen_call(
     by_name: Mapping[str, ToolBinding],
     used: set[str],
     seen_in_response: set[str],
+    usage: Usage | None = None,
 ) -> Screened:
     """Decide one tool call before anything runs: duplicate in this response, governance
     (every call, built-in memory tools included), already used in an earlier step (not for
-    built-ins), then argument validity."""
+    built-ins), argument validity, then the policies' tool rules (`usage`: the run's so far)."""
     if call.name in seen_in_response:
         return _refuse(
             call,
@@ -99,8 +117,29 @@ async def screen_call(
         return _refuse(
             call, step, "rejected", "InvalidArguments", f"error: invalid arguments: {problem}"
         )
-    record = ToolCallRecord(step, call.name, "allowed", decision.reason, None, call.id)
-    return Screened(record, None, binding)
+    verdict = toolrules.check(
+        config.governance,
+        _rule_names(binding),
+        call.arguments,
+        config.rule_subject,
+        step,
+        usage or Usage(),
+    )
+    if verdict.denied is not None:
+        told = f": {verdict.message}" if verdict.message else ""
+        refused = _refuse(
+            call,
+            step,
+            "denied",
+            _with_notes(verdict.denied, verdict.notes),
+            f"error: calling {call.name} is not permitted by a policy rule{told}",
+        )
+        return replace(refused, rule_evaluations=verdict.evaluations)
+    reason = _with_notes(decision.reason, verdict.notes)
+    record = ToolCallRecord(step, call.name, "allowed", reason, None, call.id)
+    return Screened(
+        record, None, binding, "ToolDenied", verdict.approval, verdict.notes, verdict.evaluations
+    )
 
 
 async def approval_gate(
@@ -109,7 +148,10 @@ async def approval_gate(
     """A call that needs a human approval (approvals.py): None while it waits; else the
     call to run (approved, or no approval needed) or its refusal (rejected, timed out)."""
     assert screened.binding is not None
-    rule = approvals.requirement(config.governance, screened.binding)
+    rule = approvals.requirement(config.governance, screened.binding) or screened.rule_approval
+    known = state.approvals.get(call.id)
+    if rule is None and known is not None:  # it waits already: nothing re-read lifts that
+        rule = ApprovalRule(known.required_by)
     if rule is None:
         return screened
     pending = approvals.request(
@@ -122,12 +164,11 @@ async def approval_gate(
         return None
     del state.approvals[call.id]
     if settled == "approved":
-        reason = bounded_reason(f"Approved: {by}" if by else "Approved")
+        reason = _with_notes(f"Approved: {by}" if by else "Approved", screened.rule_notes)
         record = ToolCallRecord(pending.step, call.name, "allowed", reason, None, call.id)
         return Screened(record, None, screened.binding)
     refusal = approvals.refusal(settled, by)
-    record = ToolCallRecord(
-        pending.step, call.name, "denied", bounded_reason(refusal.record_reason), "skipped", call.id
-    )
+    reason = _with_notes(refusal.record_reason, screened.rule_notes)
+    record = ToolCallRecord(pending.step, call.name, "denied", reason, "skipped", call.id)
     result = ToolResult(call.id, call.name, refusal.text, is_error=True)
     return Screened(record, result, ends_as=refusal.ends_as)

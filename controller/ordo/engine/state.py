@@ -13,6 +13,7 @@ from ..errors import OrdoError
 from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
 from .governance import Governance, OnToolDenied, PolicyRefresh
 from .guardrails import GuardrailRecord
+from .toolrules import RuleSubject
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
 __all__ = [
@@ -55,6 +56,8 @@ class RunConfig:
     """Seconds a call waits for a decision unless its requirement sets a timeout."""
     clock: Callable[[], float] = field(default=time.time, compare=False)
     """Wall clock (epoch seconds) for approval requests and deadlines."""
+    rule_subject: RuleSubject = field(default_factory=RuleSubject)
+    """The Agent and the Task as AgentPolicy tool rules read them (`agent`, `task`)."""
 
 
 @dataclass

@@ -21,7 +21,14 @@ from dataclasses import replace
 from ..api.task import ToolOutcome
 from ..errors import Interrupted
 from . import guardsteps as guard
-from .events import Checkpoint, Listener, StepFinished, ToolDecided, ToolFinished
+from .events import (
+    Checkpoint,
+    Listener,
+    StepFinished,
+    ToolDecided,
+    ToolFinished,
+    ToolRuleEvaluated,
+)
 from .governance import memory_operation
 from .guardrails import GuardrailBinding
 from .screening import Screened, approval_gate, screen_call
@@ -99,8 +106,12 @@ async def run_calls(
     by_name = {t.name: t for t in tools}
     seen: set[str] = set()
     for call in calls:
-        screened = await screen_call(call, state.step, config, by_name, state.used_tools, seen)
+        screened = await screen_call(
+            call, state.step, config, by_name, state.used_tools, seen, state.usage
+        )
         seen.add(call.name)
+        for ev in screened.rule_evaluations:
+            await emit(ToolRuleEvaluated(ev.policy, ev.rule, ev.action, ev.mode, ev.result))
         bound = by_name.get(call.name)
         if (
             resuming

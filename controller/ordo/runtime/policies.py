@@ -32,6 +32,7 @@ from ..api import (
 from ..api.agent import Skill
 from ..engine.governance import (
     ApprovalRule,
+    BoundRule,
     Governance,
     OnToolDenied,
     PermissionRule,
@@ -187,7 +188,14 @@ def governance(
         memory_operations=frozenset(operations),
         allowlists=allowlists(policies),
         approvals=approval_requirements(policies),
+        tool_rules=tool_rules(policies),
     )
+
+
+def tool_rules(policies: list[AgentPolicy]) -> tuple[BoundRule, ...]:
+    """Every selecting policy's `toolRules` (compiled when the policy was parsed), by policy
+    name, then in the order the policy lists them."""
+    return tuple(BoundRule(p.name, rule) for p in policies for rule in p.spec.tool_rules or [])
 
 
 def approval_requirements(policies: list[AgentPolicy]) -> dict[str, ApprovalRule]:

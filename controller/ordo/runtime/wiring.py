@@ -9,6 +9,7 @@ from typing import Any
 from ..engine.model import ModelClient
 from ..engine.state import RunConfig
 from ..engine.tooling import ToolBinding
+from ..engine.toolrules import RuleSubject
 from .prompt import system_prompt, user_message
 from .snapshot import Snapshot
 
@@ -34,6 +35,12 @@ def run_config(snapshot: Snapshot, *, elapsed: float = 0.0) -> RunConfig:
         on_tool_denied=snapshot.on_tool_denied,
         elapsed=elapsed,
         policy_refresh=snapshot.policy_refresh,
+        rule_subject=RuleSubject(
+            snapshot.agent.name,
+            dict(snapshot.agent.metadata.labels or {}),
+            snapshot.task.name,
+            dict(snapshot.task.metadata.labels or {}),
+        ),
     )
 
 

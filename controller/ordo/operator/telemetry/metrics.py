@@ -17,6 +17,7 @@ from ...engine.events import (
     RunFinished,
     ToolDecided,
     ToolFinished,
+    ToolRuleEvaluated,
 )
 
 
@@ -76,6 +77,14 @@ class Metrics:
             "Guardrails that fired, by Guardrail name, point (input, toolArguments, toolResult, "
             "output) and outcome (redacted, denied); checks that allowed are not counted.",
             ["guardrail", "point", "outcome"],
+            registry=r,
+        )
+        self.tool_rule_decisions = Counter(
+            "ordo_tool_rule_decisions_total",
+            "AgentPolicy toolRules evaluated on tool calls, by namespace, policy, rule, action "
+            "(Deny, RequireApproval), mode (Enforce, Audit) and result (matched, notMatched, "
+            "error); never argument values.",
+            ["namespace", "policy", "rule", "action", "mode", "result"],
             registry=r,
         )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
@@ -184,6 +193,10 @@ class RunMetrics:
             r = event.record
             if r.decision != "allowed":
                 m.tool_calls.labels(_tool_label(r.tool), r.decision, "skipped").inc()
+        elif isinstance(event, ToolRuleEvaluated):  # object names and enums only
+            m.tool_rule_decisions.labels(
+                self.namespace, event.policy, event.rule, event.action, event.mode, event.result
+            ).inc()
         elif isinstance(event, ToolFinished):
             m.tool_calls.labels(_tool_label(event.tool), "allowed", event.outcome).inc()
         elif isinstance(event, GuardrailFired):
