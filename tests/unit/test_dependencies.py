@@ -19,6 +19,7 @@ IMPORT_NAMES = {
     "pyyaml": "yaml",
     "prometheus-client": "prometheus_client",
     "google-re2": "re2",
+    "cel-python": "celpy",
     "psycopg": "psycopg",
     "httpx2": "httpx2",
     "opentelemetry-api": "opentelemetry",

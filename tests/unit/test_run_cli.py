@@ -250,3 +250,35 @@ def test_invalid_manifests_do_not_run(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, tasks, _ = run(capsys, "-q", "-f", str(tmp_path / "nope"))
     assert (code, tasks) == (2, {})
+
+
+def test_tool_rules_example_denies_one_call_and_allows_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, tasks, _ = run(capsys, "-q", "-f", str(EXAMPLES / "tool-rules"))
+    assert code == 0
+    status = tasks["pay-invoices"]["status"]
+    assert (status["phase"], status["step"]) == ("Succeeded", 3)
+    assert [(r["decision"], r["reason"], r["outcome"]) for r in status["toolCalls"]] == [
+        ("denied", "ToolRuleDenied: payment-rules/over-100", "skipped"),
+        (
+            "allowed",
+            "NoPermissionRequired; ToolRuleAudit: payment-rules/review-over-10 would "
+            "RequireApproval",
+            "succeeded",
+        ),
+    ]
+    assert "500" not in json.dumps(status["toolCalls"])  # names, never argument values
+
+
+def test_a_tool_rule_that_does_not_compile_fails_validate_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for f in (EXAMPLES / "tool-rules").glob("*.yaml"):
+        text = f.read_text().replace('"args.amount > 100"', '"args.amount >"')
+        (tmp_path / f.name).write_text(text)
+    assert main(["validate", "-f", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "toolRule 'over-100': when: does not parse" in out + err
+    code, _, err = run(capsys, "-q", "-f", str(tmp_path))
+    assert code != 0 and "toolRule 'over-100'" in err

@@ -4,6 +4,7 @@ approvals: Deny, RequireApproval, Audit, and fail-closed evaluation errors."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -133,6 +134,32 @@ def test_arguments_with_too_many_values_are_an_error() -> None:
     program = compile_expression("size(args.l) > 0")
     with pytest.raises(EvaluationError, match="ArgumentsTooLarge"):
         evaluate(program, {"args": {"l": [0] * MAX_INPUT_VALUES}})
+
+
+def deepest_allowed() -> str:
+    """The most nested parentheses the depth limit lets compile."""
+    n = 0
+    while True:
+        try:
+            compile_expression("(" * (n + 1) + "args.a == 1" + ")" * (n + 1))
+        except CelError:
+            return "(" * n + "args.a == 1" + ")" * n
+        n += 1
+
+
+def test_the_deepest_rule_evaluates_under_the_default_recursion_limit() -> None:
+    assert sys.getrecursionlimit() != 2500  # celpy's own setting was undone on import
+    program = compile_expression(deepest_allowed())
+
+    def nested(frames: int) -> bool:  # the engine's own stack below the evaluation
+        return nested(frames - 1) if frames else evaluate(program, {"args": {"a": 1}})
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # Python's default
+    try:
+        assert nested(300) is True
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def test_matches_is_linear_time_re2() -> None:

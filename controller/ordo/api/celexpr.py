@@ -22,6 +22,7 @@ A result that is not a bool is an evaluation error too.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +42,10 @@ VARIABLES = ("args", "agent", "task", "step", "usage")
 
 MAX_EXPRESSION_CHARS = 1024
 """The CRD's maxLength of `toolRules[].when`."""
-MAX_TREE_DEPTH = 200
-"""Parse-tree levels; a comparison of a field is about 20, each parenthesis adds 9."""
+MAX_TREE_DEPTH = 100
+"""Parse-tree levels; a comparison of a field is about 14, each parenthesis adds 10. The
+interpreter recurses about 5 frames a level, so this keeps an evaluation within 500 frames of
+Python's default recursion limit (1,000)."""
 MAX_TREE_NODES = 2000
 MAX_MACRO_NESTING = 2
 """Macros inside macros: `args.items.all(i, i.tags.exists(t, t == 'x'))` is 2 deep; a third
@@ -74,7 +77,9 @@ _REFUSED_NODES = {
     "dot_ident_arg": "root-scoped functions (`.f()`) are not supported",
 }
 
-_ENV = celpy.Environment()
+_LIMIT = sys.getrecursionlimit()
+_ENV = celpy.Environment()  # it raises the process's recursion limit to 2500: undone
+sys.setrecursionlimit(_LIMIT)  # (MAX_TREE_DEPTH keeps evaluation within Python's default)
 
 
 class CelError(ValueError):
@@ -271,8 +276,8 @@ def evaluate(program: Program, variables: Mapping[str, Any], budget: int = EVAL_
         raise
     except CELEvalError as exc:
         raise EvaluationError(_error_kind(exc)) from None
-    except RecursionError:
-        raise EvaluationError("CostLimitExceeded") from None
+    except RecursionError:  # MAX_TREE_DEPTH should prevent it; fail closed if not
+        raise EvaluationError("NestingTooDeep") from None
     except Exception as exc:  # a library bug must fail closed, not crash the run
         raise EvaluationError(type(exc).__name__) from None
     if not isinstance(value, celtypes.BoolType):
