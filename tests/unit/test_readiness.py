@@ -197,6 +197,18 @@ async def test_agent_policy_blocking_an_unknown_tool_is_not_ready() -> None:
     assert (verdict.status, verdict.reason) == ("True", "Selected")
 
 
+async def test_agent_policy_with_a_tool_rule_on_an_unknown_tool_is_not_ready() -> None:
+    rule = {"name": "big", "tools": ["pay", "memory.write"], "when": "true", "action": "Deny"}
+    rules = policy("rules", toolRules=[rule])
+    store = DictStore(rules, agent("a1"))
+    verdict = await readiness.policy_verdict(rules, store)
+    assert (verdict.status, verdict.reason) == ("False", "ToolNotFound")
+    assert verdict.message.startswith("toolRules 'big' tools not found: pay (a misspelt name")
+    store.put(mock_tool("pay"))
+    verdict = await readiness.policy_verdict(rules, store)
+    assert (verdict.status, verdict.reason) == ("True", "Selected")
+
+
 async def test_agent_policy_blocking_builtin_memory_tools_is_ready() -> None:
     block = policy("read-only", blockedTools=["memory.write", "memory.ingest"])
     verdict = await readiness.policy_verdict(block, DictStore(block, agent("a1")))

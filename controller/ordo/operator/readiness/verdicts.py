@@ -303,18 +303,21 @@ async def policy_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     names = await _agent_names(store, ns, selected)
     fields = {"selectedAgents": len(names)}
     selects = f"selects {_agents_phrase(names)}"
-    blocked = policy.spec.blocked_tools or []
-    if blocked:
+    named = [("blockedTools", "blocks", policy.spec.blocked_tools or [])] + [
+        (f"toolRules {r.name!r} tools", "matches", r.tools) for r in policy.spec.tool_rules or []
+    ]
+    if any(names_ for _, _, names_ in named):
         tools = {str(t["metadata"]["name"]) for t in await store.list("Tool", ns)}
-        unknown = [name for name in blocked if name not in tools and not _builtin(name)]
-        if unknown:
-            return Verdict(
-                "False",
-                "ToolNotFound",
-                f"blockedTools not found: {_names(unknown)} (a misspelt name blocks nothing); "
-                + selects,
-                fields,
-            )
+        for where, verb, listed in named:
+            unknown = [name for name in listed if name not in tools and not _builtin(name)]
+            if unknown:
+                return Verdict(
+                    "False",
+                    "ToolNotFound",
+                    f"{where} not found: {_names(unknown)} (a misspelt name {verb} nothing); "
+                    + selects,
+                    fields,
+                )
     if not names:
         return Verdict(
             "False", "SelectsNothing", "the agentSelector matches no Agent in the namespace", fields
