@@ -41,5 +41,6 @@ Reason = Literal[
     "ApprovalTimedOut",
     "AwaitingApproval",
     "WorkerLost",
+    "CheckpointUntrusted",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]

@@ -6,7 +6,6 @@ upgrade from an ordo that renews each Task's lease takes its running Tasks over 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,12 +13,12 @@ from typing import Any
 
 import pytest
 from tests.cluster.test_writes_coalesced import requests_by_verb
+from tests.support.oldordo import controller_at
 from tests.support.operator import OperatorProcess, apply, get_json, wait_for, wait_task
 
 from ordo import timestamps
 from ordo_devcluster import ControlPlane
 
-ROOT = Path(__file__).resolve().parents[2]
 BEFORE_PROCESS_LEASES = "7895bcc"
 """The last commit whose operator renews every running Task's lease (the upgrade's `from`)."""
 
@@ -187,14 +186,7 @@ def parse(stamp: str) -> float:
 @pytest.fixture(scope="module")
 def old_controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The `controller/` of the ordo before process Leases, from git."""
-    target = tmp_path_factory.mktemp("old-ordo")
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", BEFORE_PROCESS_LEASES, "controller"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    yield target / "controller"
+    yield controller_at(BEFORE_PROCESS_LEASES, tmp_path_factory.mktemp("old-ordo"))
 
 
 def test_an_upgrade_from_per_task_leases_takes_running_tasks_over_safely(
@@ -219,6 +211,7 @@ def test_an_upgrade_from_per_task_leases_takes_running_tasks_over_safely(
         "--resync-seconds",
         "3600",
         env=env,
+        checkpoint_key=False,  # before sealed checkpoints: no such flag
     ).start()
     try:
         apply(control_plane, namespace, slow_manifests("20s"))

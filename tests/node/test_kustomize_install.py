@@ -19,6 +19,7 @@ IfNotPresent` stays (the image is present). It is applied with the command the b
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections.abc import Iterator
@@ -53,6 +54,8 @@ POD_SELECTOR = "app.kubernetes.io/name=ordo,app.kubernetes.io/instance=ordo"
 # kustomize adds part-of to every object of the base (not to the pod template, so the pods and
 # ReplicaSets are found by POD_SELECTOR).
 BASE_SELECTOR = "app.kubernetes.io/part-of=ordo"
+KEYRING = base64.b64encode(os.urandom(32)).decode()
+"""One key for every overlay of the run: an update keeps it, as a real overlay would."""
 
 
 def write_overlay(
@@ -65,6 +68,16 @@ def write_overlay(
         # kustomize refuses absolute paths for a base.
         "resources": [os.path.relpath(KUSTOMIZE_BASE, directory)],
         "images": [{"name": "ordo", "newName": "localhost/ordo", "newTag": "dev"}],
+        # The checkpoint keyring the base mounts (docs/operations.md: kustomize cannot make
+        # up a key; an overlay generates the Secret from a key of its own).
+        "secretGenerator": [
+            {
+                "name": "ordo-checkpoint-key",
+                "namespace": "ordo-system",
+                "literals": [f"keyring={KEYRING}"],
+                "options": {"disableNameSuffixHash": True},
+            }
+        ],
     }
     # The apiserver address for in-cluster clients (no kube-proxy on the test node).
     ops: list[dict[str, Any]] = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -26,6 +27,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def keyring_file(directory: Path, name: str) -> Path:
+    """A checkpoint keyring file (one new key), made once per directory and name."""
+    path = directory / f"checkpoint-keyring-{name}"
+    if not path.exists():
+        path.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    return path
+
+
 class OperatorProcess:
     """`ordo operator -n NS` in a subprocess; logs go to a file the test can read.
 
@@ -44,6 +53,7 @@ class OperatorProcess:
         env: dict[str, str] | None = None,
         kubeconfig: str | os.PathLike[str] | None = None,
         scope: Sequence[str] | None = None,
+        checkpoint_key: bool = True,
     ) -> None:
         self.cp = control_plane
         self.namespace = namespace
@@ -55,6 +65,11 @@ class OperatorProcess:
         self.env = control_plane.env(env or os.environ)
         if kubeconfig is not None:
             self.env["KUBECONFIG"] = str(kubeconfig)
+        explicit = any(a.startswith("--checkpoint-key-file") for a in [*self.args, *self.scope])
+        if checkpoint_key and not explicit:  # False: an older ordo without the flag
+            # The keyring the chart would mount: one per log directory and namespace, so a
+            # restarted (or second) operator of the same test opens what the first sealed.
+            self.args += ["--checkpoint-key-file", str(keyring_file(log_dir, namespace))]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._kills = 0

@@ -227,8 +227,9 @@ def container(deployment: Mapping[str, Any]) -> dict[str, Any]:
 
 def operator_args(deployment: Mapping[str, Any]) -> list[str]:
     """The Deployment's `ordo operator` flags, without the ports and resync interval that a
-    test runner chooses itself."""
-    skip = ("--metrics-port", "--health-port", "--resync-seconds")
+    test runner chooses itself, and the checkpoint key file: the path is inside the pod, so
+    OperatorProcess passes a keyring file of its own (tests/support/operator.py)."""
+    skip = ("--metrics-port", "--health-port", "--resync-seconds", "--checkpoint-key-file")
     return [a for a in container(deployment).get("args", []) if not a.startswith(skip)]
 
 

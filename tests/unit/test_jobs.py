@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from ordo.api import REASONS, Agent, Task
+from ordo.cli.main import build_parser
 from ordo.operator import main as operator_main
 from ordo.operator.jobmode.supervisor import (
     build_job,
@@ -154,8 +155,24 @@ def test_job_pod_is_restricted_and_uses_the_runner_service_account() -> None:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    # The namespace's checkpoint keyring (optional), never the operator's: a Secret of the
+    # Task's namespace, mounted read-only and passed to run-task.
+    key = {"name": "checkpoint-key", "mountPath": "/etc/ordo/checkpoint-key", "readOnly": True}
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}, key]
+    assert pod["volumes"] == [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        {
+            "name": "checkpoint-key",
+            "secret": {
+                "secretName": "ordo-runner-checkpoint-key",
+                "optional": True,
+                "defaultMode": 0o440,
+            },
+        },
+    ]
+    command = pod["containers"][0]["command"]
+    assert "--checkpoint-key-file=/etc/ordo/checkpoint-key/keyring" in command
+    assert build_parser().parse_args(command[1:]).checkpoint_key_file.endswith("/keyring")
     # One pod at a time; disruptions do not count; finished Jobs expire.
     assert spec["podReplacementPolicy"] == "Failed"
     assert spec["completions"] == spec["parallelism"] == 1

@@ -17,7 +17,8 @@ from ordo.engine.loop import run_agent
 from ordo.engine.model import ModelResponse
 from ordo.engine.state import RunState
 from ordo.engine.transcript import Usage
-from ordo.operator.tasks import checkpoint
+from ordo.operator.tasks import checkpoint, sealing
+from ordo.operator.tasks.sealing import Subject
 from support.engine_fakes import ScriptedModel, answer, call, run_config, toolbox, tools_turn
 
 NOW = 1_000_000.0
@@ -43,10 +44,12 @@ def config(**kw: Any) -> Any:
 
 
 def through_the_checkpoint(state: RunState) -> RunState:
-    body = {"binaryData": {checkpoint.KEY: base64.b64encode(checkpoint.encode(state)).decode()}}
-    restored = checkpoint.decode(body)
+    subject = Subject("ns", "t", "uid-1")
+    blob = sealing.current().seal(checkpoint.encode(state), subject, 1)
+    body = {"binaryData": {checkpoint.KEY: base64.b64encode(blob).decode()}}
+    restored = checkpoint.decode(body, subject)
     assert restored is not None
-    return restored
+    return restored[1]
 
 
 async def test_the_judge_call_count_survives_a_resume() -> None:

@@ -25,9 +25,11 @@ from ordo.operator.kube.client import (
     KubeClient,
     patch_test_failed,
 )
-from ordo.operator.tasks import checkpoint
+from ordo.operator.tasks import checkpoint, sealing
+from ordo.operator.tasks.checkpointdata import MAX_STATE_BYTES
 from ordo.operator.tasks.lease import ExecutionLease, held_elsewhere, remaining, valid_until
 from ordo.operator.tasks.ownership import owner_reference
+from ordo.operator.tasks.sealing import CheckpointUntrusted, Subject
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -356,39 +358,43 @@ def state_of(text: str) -> RunState:
     return RunState(items=[UserMessage("q"), AssistantMessage(text)], step=1)
 
 
-def test_checkpoint_encoding_round_trips_and_reads_the_old_format() -> None:
+SUBJECT = Subject("ns", "t", "uid-1")
+
+
+def sealed(payload: bytes, seq: int = 1) -> dict[str, Any]:
+    blob = sealing.current().seal(payload, SUBJECT, seq)
+    return {"binaryData": {checkpoint.KEY: base64.b64encode(blob).decode()}}
+
+
+def test_checkpoint_encoding_round_trips_and_refuses_the_old_unsealed_format() -> None:
     state = state_of("answer " * 1000)
     payload = checkpoint.encode(state)
     assert len(payload) < 1000 and payload == checkpoint.encode(state)  # deterministic
-    body = {"binaryData": {checkpoint.KEY: base64.b64encode(payload).decode()}}
-    decoded = checkpoint.decode(body)
-    assert decoded is not None and decoded.to_dict() == state.to_dict()
-    legacy = {"data": {checkpoint.LEGACY_KEY: json.dumps(state.to_dict())}}
-    old = checkpoint.decode(legacy)
-    assert old is not None and old.to_dict() == state.to_dict()
-    assert checkpoint.decode({"metadata": {}}) is None  # a takeover marker holds no state
+    decoded = checkpoint.decode(sealed(payload, 7), SUBJECT)
+    assert decoded is not None and decoded[0] == 7 and decoded[1].to_dict() == state.to_dict()
+    for legacy in (
+        {"data": {"state.json": json.dumps(state.to_dict())}},
+        {"binaryData": {"state.json.gz": base64.b64encode(payload).decode()}},
+    ):
+        with pytest.raises(CheckpointUntrusted) as refused:
+            checkpoint.decode(legacy, SUBJECT)
+        assert refused.value.reason == "CheckpointUntrusted"
+    assert checkpoint.decode({"metadata": {}}, SUBJECT) is None  # a takeover marker
 
 
 @pytest.mark.parametrize(
     "body",
     [
-        {"binaryData": {checkpoint.KEY: "not base64!"}},
-        {"binaryData": {checkpoint.KEY: base64.b64encode(b"not gzip").decode()}},
-        {"binaryData": {checkpoint.KEY: base64.b64encode(gzip.compress(b"[1,2]")).decode()}},
-        {"data": {checkpoint.LEGACY_KEY: "{"}},
-        {
-            "binaryData": {
-                checkpoint.KEY: base64.b64encode(
-                    gzip.compress(b" " * (checkpoint.MAX_STATE_BYTES + 1))
-                ).decode()
-            }
-        },
+        sealed(b"not gzip"),
+        sealed(gzip.compress(b"[1,2]")),
+        sealed(gzip.compress(b"{")),
+        sealed(gzip.compress(b" " * (MAX_STATE_BYTES + 1))),
     ],
-    ids=["base64", "gzip", "shape", "legacy-json", "inflation-bomb"],
+    ids=["gzip", "shape", "json", "inflation-bomb"],
 )
 def test_an_undecodable_checkpoint_is_interrupted_never_a_fresh_start(body: dict[str, Any]) -> None:
     with pytest.raises(checkpoint.CheckpointUnreadable) as failed:
-        checkpoint.decode(body)
+        checkpoint.decode(body, SUBJECT)
     assert isinstance(failed.value, Interrupted) and failed.value.reason == "Interrupted"
 
 

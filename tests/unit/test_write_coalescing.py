@@ -4,6 +4,8 @@ which wait for the flush window, and that a flush never lands after the run ende
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 from typing import Any, cast
 
 import pytest
@@ -16,7 +18,7 @@ from ordo.engine.tooling import ToolBinding
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from ordo.errors import LeaseLost
 from ordo.operator.kube.errors import ApiError, Fenced
-from ordo.operator.tasks.checkpoint import CheckpointStore, decode
+from ordo.operator.tasks.checkpoint import CheckpointStore
 from ordo.operator.tasks.coalesce import RunWrites, side_effect_pending
 from support.engine_fakes import (
     ScriptedModel,
@@ -34,14 +36,13 @@ class Store:
 
     def __init__(self) -> None:
         self.saved: list[RunState] = []
+        self.anchored: list[int] = []
+        """Indexes in `saved` of the writes anchored in the status (before a side effect)."""
 
-    async def save_encoded(self, payload: bytes) -> None:
-        import base64
-
-        body = {"binaryData": {"state.json.gz": base64.b64encode(payload).decode()}}
-        state = decode(body)
-        assert state is not None
-        self.saved.append(state)
+    async def save_encoded(self, payload: bytes, *, anchor: bool = False) -> None:
+        self.saved.append(RunState.from_dict(json.loads(gzip.decompress(payload))))
+        if anchor:
+            self.anchored.append(len(self.saved) - 1)
 
 
 def started(call_id: str, *, answered: bool) -> RunState:
@@ -96,6 +97,7 @@ def test_a_fast_run_writes_only_the_checkpoints_around_side_effects() -> None:
     assert [sorted(s.started_calls) for s in store.saved] == [["c1"], ["c1"]]
     assert side_effect_pending(store.saved[0])
     assert not side_effect_pending(store.saved[1])
+    assert store.anchored == [0]  # only the write before the side effect is anchored
     assert progress == []
 
 
@@ -173,13 +175,13 @@ class GatedStore(Store):
         self.release = asyncio.Event()
         self.waiting = 0
 
-    async def save_encoded(self, payload: bytes) -> None:
+    async def save_encoded(self, payload: bytes, *, anchor: bool = False) -> None:
         if len(self.saved) >= self.free:
             if self.fail is not None:
                 raise self.fail
             self.waiting += 1
             await self.release.wait()
-        await super().save_encoded(payload)
+        await super().save_encoded(payload, anchor=anchor)
 
 
 def looking_model(store: Store, seen: list[list[RunState]]) -> ScriptedModel:

@@ -311,3 +311,7 @@ matchResources:
 matchResources: {}
 {{- end -}}
 {{- end -}}
+
+{{- define "ordo.checkpointKeySecret" -}}
+{{- default (printf "%s-checkpoint-key" (include "ordo.fullname" .)) .Values.checkpoints.keySecret.name -}}
+{{- end -}}

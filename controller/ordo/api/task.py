@@ -295,6 +295,10 @@ class TaskStatus(OrdoModel):
     worker_losses: Annotated[int, Field(ge=0)] | None = None
     """Times an operator worker process was lost (killed for a stall, or died) while running
     the Task; at the second the Task ends `WorkerLost` instead of being resumed again."""
+    checkpoint_sequence: Annotated[int, Field(ge=0)] | None = None
+    """Sequence number of the sealed checkpoint written before the last tool call with side
+    effects (or before the run waited for approvals): a resumed run refuses an older one
+    (`CheckpointUntrusted`), so a restored copy cannot make that call run again."""
     agent_generation: Annotated[int, Field(ge=0)] | None = None
     """The Agent's metadata.generation at resolution."""
     snapshot_hash: Annotated[str, Field(max_length=128)] | None = None

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import importlib
 import logging
+import os
 import signal
 from typing import Any
 
@@ -29,6 +30,13 @@ def add_run_task_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--execution-id", required=True, help="the claim this Job runs (status.executionId)"
     )
+    parser.add_argument(
+        "--checkpoint-key-file",
+        default="",
+        metavar="PATH",
+        help="the namespace's checkpoint keyring (mounted from the runner's key Secret); "
+        "absent: a key of this pod's own, so a replacement pod cannot resume",
+    )
     add_flags(parser, RUN_TASK_SETTINGS)
 
 
@@ -39,6 +47,11 @@ def run_task(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level.upper())
     if problem := tracing.configure_or_explain("ordo-task"):
         logging.getLogger("ordo.operator").error(problem)
+        return 2
+    path = args.checkpoint_key_file
+    if path and not os.path.exists(path):  # the optional Secret volume is not there
+        path = ""
+    if not install_checkpoint_key(path):
         return 2
     try:
         return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
@@ -91,6 +104,27 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def install_checkpoint_key(path: str) -> bool:
+    """Seal checkpoints with the keyring in `path` (False after logging why it cannot be
+    used), or, without one, with a key of this process's own (a warning: docs/security.md)."""
+    from .tasks import sealing
+
+    log = logging.getLogger("ordo.operator")
+    if not path:
+        log.warning(
+            "no checkpoint keyring (--checkpoint-key-file): checkpoints are sealed with a key "
+            "of this process's own, so no other process (a restarted operator, a replacement "
+            "Job pod) can resume them: such a Task ends Interrupted"
+        )
+        return True
+    try:
+        sealing.install(sealing.load(path))
+    except sealing.KeyFileError as exc:
+        log.error(str(exc))
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -103,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.max_concurrent_tasks < 1:
         logging.getLogger("ordo.operator").error("--max-concurrent-tasks must be at least 1")
+        return 2
+    if not install_checkpoint_key(args.checkpoint_key_file):
         return 2
     try:
         requests = parse_quantities(args.job_requests)

@@ -103,6 +103,18 @@ KEEP_CHECKPOINTS = Setting[bool](
     action="store_true",
     chart=("operator.keepCheckpoints",),
 )
+CHECKPOINT_KEY_FILE = Setting[str](
+    "checkpoint_key_file",
+    "--checkpoint-key-file",
+    "",
+    "keyring that seals checkpoints (AES-256-GCM; one base64 32-byte key per line, the first "
+    "seals, all open: docs/security.md); none: a key of this process's own, so a restarted "
+    "operator cannot resume a checkpointed run and ends it Interrupted",
+    metavar="PATH",
+    chart=("checkpoints.keySecret.name",),
+    chart_renders="`/etc/ordo/checkpoint-key/keyring`, mounted from the Secret "
+    "`checkpoints.keySecret.name` (default: the chart's own `<release>-checkpoint-key`)",
+)
 LEASE_SECONDS = Setting[float](
     "lease_seconds",
     "--lease-seconds",
@@ -223,6 +235,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     HEALTH_PORT,
     PEERING,
     KEEP_CHECKPOINTS,
+    CHECKPOINT_KEY_FILE,
     LEASE_SECONDS,
     LEASE_NAMESPACE,
     WORKERS,

@@ -121,6 +121,16 @@ def deadline_seconds(remaining_timeout: float, settings: JobSettings) -> int:
     return max(60, math.ceil(total))
 
 
+KEY_DIR = "/etc/ordo/checkpoint-key"
+
+
+def runner_key_secret(settings: JobSettings) -> str:
+    """The Secret of the Task's namespace whose keyring the pod seals checkpoints with (the
+    chart creates one beside each runner ServiceAccount): a namespace key, never the
+    operator's (docs/security.md#job-mode)."""
+    return f"{settings.service_account}-checkpoint-key"
+
+
 def build_job(
     task: Mapping[str, Any],
     agent: Mapping[str, Any] | None,
@@ -153,6 +163,7 @@ def build_job(
         f"--lease-seconds={settings.lease_seconds:g}",
         f"--log-format={settings.log_format}",
         f"--log-level={settings.log_level}",
+        f"--checkpoint-key-file={KEY_DIR}/keyring",
     ]
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -177,7 +188,10 @@ def build_job(
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "checkpoint-key", "mountPath": KEY_DIR, "readOnly": True},
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     return {
@@ -219,7 +233,17 @@ def build_job(
                     },
                     "containers": [container],
                     "volumes": [
-                        {"name": "tmp", "emptyDir": {"sizeLimit": settings.tmp_size_limit}}
+                        {"name": "tmp", "emptyDir": {"sizeLimit": settings.tmp_size_limit}},
+                        {
+                            "name": "checkpoint-key",
+                            # Optional: without it the pod seals with a key of its own, and
+                            # a replacement pod cannot resume (podrunner.py).
+                            "secret": {
+                                "secretName": runner_key_secret(settings),
+                                "optional": True,
+                                "defaultMode": 0o440,
+                            },
+                        },
                     ],
                 },
             },

@@ -14,6 +14,7 @@ still offers every name it did.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import time
@@ -27,8 +28,10 @@ from ...runtime import TaskOutcome
 from ..jobsettings import JOB_CANCEL_GRACE_SECONDS, JOB_POLL_SECONDS
 from ..kube.client import ApiError, KubeClient
 from ..settings import JobSettings
+from ..tasks import sealing
 from ..tasks.checkpoint import CheckpointStore, decode
 from ..tasks.checkpoint import name_for as checkpoint_name
+from ..tasks.checkpointdata import subject_of
 from ..tasks.lease import remaining as lease_remaining
 from ..tasks.writer import TaskWriter
 from ..telemetry.metrics import Metrics
@@ -58,6 +61,7 @@ from .spec import (
     quantity,
     remaining_timeout,
     resources,
+    runner_key_secret,
     runs_in_job,
     select_mode,
 )
@@ -274,7 +278,12 @@ class JobSupervisor:
         state = None
         with contextlib.suppress(Exception):  # progress is a nicety; the outcome is not
             body = await self.client.get("ConfigMap", ns, checkpoint_name(fresh))
-            state = decode(body) if body is not None else None
+            # Sealed with the namespace's runner keyring (docs/security.md#job-mode), which
+            # the operator may read as it reads the Secrets endpoints name.
+            loaded = None
+            if body is not None:
+                loaded = decode(body, subject_of(fresh), await self._runner_keyring(ns))
+            state = loaded[1] if loaded is not None else None
         result = (
             RunResult(failure.phase, failure.reason, failure.message, "", None, state)
             if state is not None
@@ -293,6 +302,11 @@ class JobSupervisor:
         if not self.keep_checkpoints:
             with contextlib.suppress(ApiError):
                 await checkpoints.delete()
+
+    async def _runner_keyring(self, namespace: str) -> sealing.Keyring:
+        secret = await self.client.get("Secret", namespace, runner_key_secret(self.settings))
+        text = base64.b64decode(((secret or {}).get("data") or {}).get("keyring", "")).decode()
+        return sealing.parse(text, "the runner's checkpoint key Secret")
 
     async def _wait_stopped(self, task: Mapping[str, Any], jname: str) -> bool:
         """Wait until no pod of the Job may still run the Task's process: every pod finished

@@ -1,6 +1,15 @@
 """Per-step checkpoints of a running Task, in a ConfigMap the Task owns (so garbage
-collection removes it with the Task). The transcript is gzip-compressed into `binaryData`;
-the operator deletes the checkpoint when the Task ends.
+collection removes it with the Task). The transcript is gzip-compressed and sealed
+(sealing.py: AES-256-GCM with the operator's key, bound to the Task) into `binaryData`; the
+operator deletes the checkpoint when the Task ends.
+
+Rollback: each sealed checkpoint carries a sequence number. Before a non-idempotent tool call
+(and when a run parks for approvals) the operator records the sequence of the checkpoint it
+just wrote in `status.checkpointSequence`, which the chart's user roles cannot patch; a
+resuming execution refuses a checkpoint older than that, or one whose step is behind
+`status.step` (progress is written only after a checkpoint of at least that step). So a
+restored older copy cannot make a non-idempotent call run again; what it can still rewind
+is the idempotent calls and model calls since the last anchor (docs/security.md).
 
 Writes are fenced by the execution: the ConfigMap's annotation `ordo.dev/execution-id` names
 the execution that owns it, every write is a JSON Patch whose first operation `test`s that
@@ -13,32 +22,32 @@ newer execution never resumes from a checkpoint older than the stale executor's 
 from __future__ import annotations
 
 import base64
-import binascii
-import gzip
-import json
-import zlib
+import dataclasses
 from typing import Any, Protocol
 
 from ...engine.events import Checkpoint, Event
 from ...engine.state import RunState
 from ...errors import Interrupted
 from ..kube.client import ApiError, Fenced, KubeClient, patch_test_failed, pointer_token
+from . import sealing
+from .checkpointdata import KEY as KEY  # re-exported: the checkpoint's surface
+from .checkpointdata import SNAPSHOT_ANNOTATION as SNAPSHOT_ANNOTATION
+from .checkpointdata import CheckpointUnreadable as CheckpointUnreadable
+from .checkpointdata import decode as decode
+from .checkpointdata import encode as encode
+from .checkpointdata import subject_of
 from .lease import ExecutionLease
 from .ownership import owner_reference
+from .sealing import CheckpointUntrusted, Keyring
 
 MAX_BYTES = 900_000
 """Largest compressed checkpoint; a ConfigMap holds at most 1 MiB (data and binaryData)."""
-MAX_STATE_BYTES = 64 * 1024 * 1024
-"""Largest uncompressed checkpoint this process will inflate."""
 LABEL = "ordo.dev/checkpoint-of"
 UID_LABEL = "ordo.dev/checkpoint-uid"
 """The Task's uid, so that the checkpoints of finished Tasks are deleted in batches by label
 (reaper.py); checkpoints of earlier versions lack it and are deleted one by one."""
 EXECUTION_ANNOTATION = "ordo.dev/execution-id"
-SNAPSHOT_ANNOTATION = "ordo.dev/snapshot-hash"
-KEY = "state.json.gz"
-LEGACY_KEY = "state.json"
-"""Uncompressed checkpoints of earlier versions, in `data` (still loaded)."""
+SEQUENCE_STATUS = "checkpointSequence"
 TAKEOVER_ATTEMPTS = 5
 
 
@@ -67,39 +76,6 @@ class CheckpointTooLarge(Interrupted):
         self.limit = limit
 
 
-class CheckpointUnreadable(Interrupted):
-    """A checkpoint exists but cannot be decoded: the run cannot resume safely."""
-
-
-def encode(state: RunState) -> bytes:
-    """The gzip-compressed JSON of `state` (deterministic: no timestamp in the header)."""
-    raw = json.dumps(state.to_dict(), separators=(",", ":")).encode()
-    return gzip.compress(raw, compresslevel=6, mtime=0)
-
-
-def decode(body: dict[str, Any]) -> RunState | None:
-    """The state in a checkpoint ConfigMap: compressed (`binaryData`), or an older uncompressed
-    one (`data`); None if it holds none (a takeover marker). Raises `CheckpointUnreadable`."""
-    binary = (body.get("binaryData") or {}).get(KEY)
-    legacy = (body.get("data") or {}).get(LEGACY_KEY)
-    try:
-        if binary is not None:
-            inflater = zlib.decompressobj(wbits=31)  # gzip, bounded (no zip bomb)
-            raw = inflater.decompress(base64.b64decode(binary), MAX_STATE_BYTES)
-            if inflater.unconsumed_tail:
-                raise CheckpointUnreadable(
-                    f"checkpoint inflates to more than {MAX_STATE_BYTES} bytes"
-                )
-            return RunState.from_dict(json.loads(raw))
-        if legacy is not None:
-            return RunState.from_dict(json.loads(legacy))
-    except CheckpointUnreadable:
-        raise
-    except (binascii.Error, zlib.error, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CheckpointUnreadable(f"checkpoint cannot be decoded ({type(exc).__name__})") from None
-    return None
-
-
 class CheckpointStore:
     """The checkpoint of one Task, written by one execution (`execution_id`).
 
@@ -114,6 +90,7 @@ class CheckpointStore:
         snapshot_hash: str = "",
         *,
         lease: ExecutionLease | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self._client = client
         self._task = task
@@ -121,6 +98,12 @@ class CheckpointStore:
         self._name = name_for(task)
         self._execution_id = execution_id
         self._lease = lease
+        self._keyring = keyring or sealing.current()
+        self._subject = subject_of(task)
+        self.sequence = 0
+        """The sequence number of the newest checkpoint written or loaded."""
+        self.anchored = int((task.get("status") or {}).get(SEQUENCE_STATUS) or 0)
+        """The sequence the Task's status records: no older checkpoint is ever resumed."""
         self.snapshot_hash = snapshot_hash
         self._owned = False
         """The ConfigMap exists and carries our execution id."""
@@ -158,16 +141,38 @@ class CheckpointStore:
             body["binaryData"] = {KEY: base64.b64encode(payload).decode()}
         return body
 
-    async def save(self, state: RunState) -> None:
+    async def save(self, state: RunState, *, anchor: bool = False) -> None:
         """Write `state`. Raises `CheckpointTooLarge` (nothing written, the previous checkpoint
-        kept), `Fenced` if another execution owns the checkpoint, or `ApiError`."""
-        await self.save_encoded(encode(state))
+        kept), `Fenced` if another execution owns the checkpoint, or `ApiError`. With
+        `anchor`, record its sequence in the Task's status too (`anchor()`)."""
+        await self.save_encoded(encode(state), anchor=anchor)
 
-    async def save_encoded(self, payload: bytes) -> None:
+    async def save_encoded(self, encoded: bytes, *, anchor: bool = False) -> None:
         """`save` of a state already encoded (`encode`)."""
+        subject = dataclasses.replace(self._subject, snapshot=self.snapshot_hash)
+        payload = self._keyring.seal(encoded, subject, self.sequence + 1)
         if len(payload) > MAX_BYTES:
             raise CheckpointTooLarge(len(payload), MAX_BYTES)
         self.touched = True
+        await self._write(payload)
+        self.sequence += 1
+        if anchor:
+            await self.anchor()
+
+    async def anchor(self) -> None:
+        """Record the sequence of the checkpoint last written in `status.checkpointSequence`
+        (fenced by the execution): from now on no older checkpoint of this Task is resumed.
+        Written before every non-idempotent tool call starts."""
+        await self._client.patch_status_fenced(
+            "Task",
+            self._ns,
+            self._task["metadata"]["name"],
+            self._execution_id,
+            {SEQUENCE_STATUS: self.sequence},
+        )
+        self.anchored = self.sequence
+
+    async def _write(self, payload: bytes) -> None:
         if not self._owned and await self._create(payload):
             self.writes += 1
             return
@@ -232,12 +237,15 @@ class CheckpointStore:
         Returns None only when no checkpoint exists; it then creates an empty one owned by
         this execution, so a stale executor cannot create one afterwards. After this call
         every write of an earlier execution is refused (`Fenced`), so the state returned is
-        the last one any earlier execution wrote. Raises `CheckpointUnreadable` (an
-        `Interrupted`) if the checkpoint cannot be decoded, `ApiError` if the API fails."""
+        the last one any earlier execution wrote. Raises `CheckpointUntrusted` if the
+        checkpoint is unsealed, does not verify or is older than the status records (also
+        when it is gone but the status records one), `CheckpointUnreadable` (an
+        `Interrupted`) if it verifies but cannot be decoded, `ApiError` if the API fails."""
         self.touched = True
         for _ in range(TAKEOVER_ATTEMPTS):
             body = await self._client.get("ConfigMap", self._ns, self._name)
             if body is None:
+                self._verified(None)
                 try:
                     marker = await self._client.create("ConfigMap", self._ns, self._object(None))
                 except ApiError as exc:
@@ -248,7 +256,7 @@ class CheckpointStore:
                 self._rv = _resource_version(marker)
                 return None
             annotations: dict[str, str] = dict(body["metadata"].get("annotations") or {})
-            state = decode(body)
+            state = self._verified(decode(body, self._subject, self._keyring))
             self._rv = _resource_version(body)
             if annotations.get(EXECUTION_ANNOTATION) != self._execution_id:
                 adopted = dict(body)
@@ -275,6 +283,28 @@ class CheckpointStore:
             self.labelled = _labelled(body)
             return None if state is None else (state, annotations)
         raise ApiError(409, "Conflict", "the checkpoint kept changing while being taken over")
+
+    def _verified(self, loaded: tuple[int, RunState] | None) -> RunState | None:
+        """The state of a checkpoint that verified, if the Task's status does not say it is
+        older than one written before (a restored copy, or one deleted). Raises
+        `CheckpointUntrusted`."""
+        if loaded is None:
+            if self.anchored:
+                raise CheckpointUntrusted(
+                    f"the checkpoint is gone, but the Task's status records checkpoint "
+                    f"{self.anchored} (written before a tool call with side effects)"
+                )
+            return None
+        sequence, state = loaded
+        step = int((self._task.get("status") or {}).get("step") or 0)
+        if sequence < self.anchored or state.step < step:
+            raise CheckpointUntrusted(
+                f"the checkpoint is older than the Task's status records (checkpoint "
+                f"{sequence} at step {state.step}; status: checkpoint {self.anchored}, step "
+                f"{step}): an earlier copy was restored"
+            )
+        self.sequence = sequence
+        return state
 
     def release_to(self, reaper: CheckpointDeleter) -> bool:
         """Hand the deletion of the checkpoint to `reaper` (a batched delete by label) if this

@@ -153,7 +153,8 @@ class RunWrites:
         async with self._lock:
             self._taken += 1
             seq = self._taken
-            await self._checkpoints.save_encoded(encode(state))
+            # Anchored in the status before the call starts: no older copy resumes (checkpoint.py).
+            await self._checkpoints.save_encoded(encode(state), anchor=True)
             self._written = max(self._written, seq)
 
     async def _write_results(self, boundary: tuple[int, RunState]) -> None:

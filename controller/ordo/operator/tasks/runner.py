@@ -30,7 +30,7 @@ from ..kube.client import ApiError, Fenced
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
 from . import approvals, pendingcalls, taskstatus
-from .checkpoint import CheckpointDeleter, CheckpointStore
+from .checkpoint import SEQUENCE_STATUS, CheckpointDeleter, CheckpointStore
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
 from .writer import ProgressWriter, TaskWriter, log_events
@@ -250,6 +250,7 @@ class Runner:
         meta = body["metadata"]
         status = body.get("status") or {}
         fields = taskstatus.awaiting_approval(state, status.get("conditions"))
+        fields[SEQUENCE_STATUS] = checkpoints.sequence  # the anchor (checkpoint.py)
         try:
             await taskstatus.fenced(client, meta["namespace"], meta["name"], execution_id, fields)
         except Fenced:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...runtime.store import ObjectStore
 from ..kube.client import ApiError
+from ..tasks import sealing
 from ..tasks.claim import Claim
 from ..tasks.coalesce import FLUSH_SECONDS
 from ..tasks.runner import Abandoned, Finished, Parked, RunResult
@@ -127,9 +128,13 @@ async def start_process(
 
 def config_message(settings: WorkerSettings, beat_seconds: float, stall_seconds: float) -> Message:
     """A child's first message: what its Runner is built with, and its beat and stall."""
+    keyring = sealing.current()
     return {
         "type": "config",
         "keepCheckpoints": settings.keep_checkpoints,
+        # The process's checkpoint keyring: a child seals and opens what its control does.
+        "checkpointKeys": sealing.export(keyring),
+        "checkpointKeysEphemeral": keyring.ephemeral,
         "approvalTimeout": settings.approval_timeout,
         "flushSeconds": settings.flush_seconds,
         "maxConnections": settings.max_connections,

@@ -15,6 +15,7 @@ from ...api import Task
 from ...runtime import Snapshot, default_model_factory
 from ...runtime.store import ObjectStore, StoreError
 from ..kube.client import KubeClient, login
+from ..tasks import sealing
 from ..tasks.claim import Claim
 from ..tasks.coalesce import FLUSH_SECONDS
 from ..tasks.reaper import CheckpointReaper
@@ -63,6 +64,9 @@ class NoDefaultStore:
 async def build_engine(config: Message) -> Engine:
     """The real engine: logged in like the operator (handlers.py `_startup`), the Runner built
     with the scheduler's arguments."""
+    if keys := config.get("checkpointKeys"):  # control's keyring (children.config_message)
+        ephemeral = bool(config.get("checkpointKeysEphemeral"))
+        sealing.install(sealing.restore(list(keys), ephemeral=ephemeral))
     metrics = Metrics()
     client = KubeClient(
         login(), relogin=login, max_connections=int(config.get("maxConnections") or 16)
