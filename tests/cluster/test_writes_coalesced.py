@@ -63,8 +63,9 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
     model calls in well under the flush window. Writes per Task: claim (with the execution
     mode and the execution lease: no Lease object) and terminal status; finalizer add and
     remove; the Started and Succeeded Events; one checkpoint write before each
-    non-idempotent call and one with its result before the next model call, and the
-    checkpoint's delete (no progress patch, no lease renewal or release): 3 steps + 5 + 2."""
+    non-idempotent call and its sequence anchored in the status (checkpoint.py), one with its
+    result before the next model call, and the checkpoint's delete (no progress patch, no
+    lease renewal or release): 3 steps + 5 + 3 per side effect."""
     n = 4
     with CountingTool() as tool, effect_model() as model:
         apply(
@@ -105,14 +106,15 @@ def test_a_fast_task_makes_one_write_per_side_effect_plus_a_fixed_few(
         after = requests_by_verb(operator)
     per_task = {v: (after.get(v, 0) - before.get(v, 0)) / n for v in after}
     writes = sum(per_task.get(v, 0) for v in WRITE_VERBS)
-    assert per_task.get("patch-status", 0) == 2, per_task  # claim + terminal, no progress
+    # claim + terminal + one anchor per side effect (status.checkpointSequence), no progress
+    assert per_task.get("patch-status", 0) == 2 + len(EFFECT_TOOLS), per_task
     assert per_task.get("create", 0) == 3, per_task  # checkpoint, 2 Events
     # finalizer add and remove; the checkpoint (created before the first call) before the
     # second call and after each result
     assert per_task.get("patch", 0) == 2 + 2 * len(EFFECT_TOOLS) - 1, per_task
     assert per_task.get("delete", 0) == 0, per_task  # checkpoints: in batches, below
     assert per_task.get("replace", 0) == 0, per_task  # no Lease renewal
-    assert writes == 6 + 2 * len(EFFECT_TOOLS), per_task  # steps + 5 + one per side effect
+    assert writes == 6 + 3 * len(EFFECT_TOOLS), per_task  # steps + 5 + 3 per side effect
     # One request deletes the checkpoints of every Task that ended within a flush period
     # (how many share one depends on timing: unit-tested in test_reaper.py).
     assert 0 < per_task.get("deletecollection", 0) * n <= n, per_task
