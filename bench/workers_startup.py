@@ -15,6 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from ordo.credentials import Destination, Release
 from ordo.operator.telemetry.metrics import Metrics
 from ordo.operator.workers.pool import WorkerPool
 
@@ -34,8 +35,10 @@ class NoStore:
     async def list(self, kind: str, namespace: str) -> list[dict[str, object]]:
         return []
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> None:
-        return None
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        return Release(None)
 
 
 def rss_mib(pid: int) -> float:

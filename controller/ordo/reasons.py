@@ -16,6 +16,7 @@ Reason = Literal[
     "ToolNotFound",
     "ReservedToolName",
     "SecretNotFound",
+    "CredentialNotAllowed",
     "MemoryNotFound",
     "InvalidSpec",
     "ModelNotAllowed",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.credentials import opted_in
 from tests.support.operator import OperatorProcess, apply, get_json, wait_for, wait_task
 from tests.unit.test_argocd_health import argo_health
 
@@ -117,7 +118,12 @@ def wait_ready(
 def secret(name: str, **data: str) -> str:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
     return yaml.safe_dump(
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": encoded}
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": opted_in({"name": name}),
+            "data": encoded,
+        }
     )
 
 

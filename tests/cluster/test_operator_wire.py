@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.support.anthropic_server import AnthropicServer
 from tests.support.counting_tool import CountingTool
+from tests.support.credentials import opted_in
 from tests.support.openai_server import OpenAIServer
 from tests.support.operator import (
     OperatorProcess,
@@ -34,7 +35,7 @@ def secret(ns: str, name: str = "model-key", value: str = KEY) -> str:
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": opted_in({"name": name, "namespace": ns}),
             "data": {"api-key": base64.b64encode(value.encode()).decode()},
         }
     )

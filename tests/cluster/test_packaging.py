@@ -341,7 +341,10 @@ spec: {agentRef: probe-agent, input: go}
 SECRETS = """
 apiVersion: v1
 kind: Secret
-metadata: {name: model-key}
+metadata:
+  name: model-key
+  labels: {ordo.dev/credential: "true"}
+  annotations: {ordo.dev/allowed-hosts: "127.0.0.1, localhost"}
 stringData: {api-key: CANARY-SECRET-VALUE-4711}
 ---
 apiVersion: ordo.dev/v1alpha1

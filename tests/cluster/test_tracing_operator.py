@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.counting_tool import CountingTool
+from tests.support.credentials import opted_in
 from tests.support.jaeger import Jaeger, parent_id, tags, tree
 from tests.support.openai_server import OpenAIServer
 from tests.support.operator import OperatorProcess, apply, wait_task
@@ -42,7 +43,7 @@ def manifests(namespace: str, model_url: str, tool_url: str) -> list[str]:
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "model-key", "namespace": namespace},
+            "metadata": opted_in({"name": "model-key", "namespace": namespace}),
             "stringData": {"api-key": KEY},
         }
     )

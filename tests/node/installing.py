@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from tests.support.credentials import host_of, opted_in
 from tests.support.openai_server import OpenAIServer
 from tests.support.packaging import CHART, ROOT, helm
 
@@ -422,7 +423,7 @@ def openai_manifests(base_url: str, *, timeout: str = "60s") -> list[dict[str, A
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "openai-api-key"},
+        "metadata": opted_in({"name": "openai-api-key"}, host_of(base_url)),
         "type": "Opaque",
         "stringData": {"apiKey": MODEL_KEY},
     }

@@ -14,6 +14,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ordo.credentials import (
+    CREDENTIAL_LABEL,
+    Destination,
+    Policy,
+    Release,
+    release,
+    visible_keys,
+)
 from ordo.engine.governance import Governance
 from ordo.engine.model import ModelRequest, ModelResponse
 from ordo.engine.state import RunConfig, RunState
@@ -254,7 +262,9 @@ def result_for(state: RunState, call_id: str) -> ToolResult:
 
 class DictStore:
     """An ObjectStore over manifest bodies. `fail_list` / `fail_get` name kinds whose reads
-    raise StoreError (an API error); `secrets` maps (name, key) to a value."""
+    raise StoreError (an API error); `secrets` maps (name, key) to a value (an opted-in
+    Secret that allows any host), `secret_bodies` a Secret name to its whole object (labels
+    and annotations as given); both are released through `credentials.release`."""
 
     def __init__(
         self,
@@ -267,6 +277,8 @@ class DictStore:
         for body in objects:
             self.put(body)
         self.secrets = dict(secrets or {})
+        self.secret_bodies: dict[str, dict[str, Any]] = {}
+        self.policy: Policy = "Enforce"
         self.fail_list = set(fail_list)
         self.fail_get = set(fail_get)
 
@@ -291,8 +303,24 @@ class DictStore:
             if k == kind and ns == namespace
         ]
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return self.secrets.get((name, key))
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        return release(self._secret(namespace, name), name, key, dest, self.policy)
+
+    def _secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        body = self.secret_bodies.get(name) or self.objects.get(("Secret", namespace, name))
+        if body is None and any(n == name for n, _ in self.secrets):
+            values = {k: v for (n, k), v in self.secrets.items() if n == name}
+            body = {"metadata": {"name": name, "labels": {CREDENTIAL_LABEL: "true"}}}
+            body["stringData"] = values
+        return body
+
+    async def secret_keys(self, namespace: str, name: str) -> list[str] | None:
+        return visible_keys(self._secret(namespace, name), self.policy)
+
+    def secret_hint(self, name: str, key: str) -> str:
+        return ""
 
 
 def obj(

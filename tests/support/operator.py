@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support.credentials import opted_in
+
 from ordo_devcluster import ControlPlane
 from ordo_devcluster.processes import terminate_group
 
@@ -329,7 +331,7 @@ def effect_manifests(model_url: str, tool_url: str, *, tool_delay: float, timeou
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "model-key"},
+            "metadata": opted_in({"name": "model-key"}),
             "stringData": {"api-key": "sk-test-effects"},
         },
         {

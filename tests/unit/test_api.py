@@ -239,6 +239,10 @@ def test_secret_templates_hold_placeholders_only() -> None:
         assert "data" not in doc.body, "templates use stringData"
         for value in doc.body["stringData"].values():
             assert "REPLACE" in value
+        meta = doc.body["metadata"]  # opted in, for the provider's host only
+        assert meta["labels"] == {"ordo.dev/credential": "true"}
+        host = "api.openai.com:443" if "openai" in doc.source else "api.anthropic.com:443"
+        assert meta["annotations"] == {"ordo.dev/allowed-hosts": host}
 
 
 def _readme_yaml_blocks() -> list[tuple[str, str]]:
@@ -360,7 +364,8 @@ def test_foreign_objects_are_warnings_and_secrets_are_kept(tmp_path: Path) -> No
     mset = _load_text(
         tmp_path,
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {k: v}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s, labels: {ordo.dev/credential: 'true'},"
+        " annotations: {ordo.dev/allowed-hosts: 127.0.0.1}}\nstringData: {k: v}\n",
     )
     assert mset.errors == []
     assert [w.message for w in mset.warnings] == ["not an ordo.dev object; skipped"]

@@ -29,6 +29,7 @@ from prometheus_client import generate_latest
 from ordo.api import ModelEndpoint, Tool, manifests
 from ordo.cli.local import ManifestStore, run_tasks
 from ordo.cli.main import main
+from ordo.credentials import NOWHERE
 from ordo.engine.output import InvalidOutput
 from ordo.engine.output import parse as parse_output
 from ordo.engine.state import ToolCallRecord
@@ -90,7 +91,9 @@ async def test_missing_secret_says_so_and_names_the_environment_variable(tmp_pat
     mset = manifests.load([str(_write(tmp_path, SECRET_ENDPOINT))])
     store = ManifestStore(mset, environ={})
     with pytest.raises(Exception) as caught:
-        await fetch.secret(store, "default", "model-key", "api-key", "ModelEndpoint 'keyed'")
+        await fetch.credential(
+            store, "default", "model-key", "api-key", "ModelEndpoint 'keyed'", NOWHERE
+        )
     message = str(caught.value)
     assert "Secret 'model-key' (key 'api-key') for ModelEndpoint 'keyed' does not exist" in message
     assert "ORDO_SECRET_MODEL_KEY_API_KEY" in message
@@ -105,7 +108,7 @@ async def test_missing_key_lists_the_keys_that_exist_never_their_values(tmp_path
     ---
     apiVersion: v1
     kind: Secret
-    metadata: {{name: model-key}}
+    metadata: {{name: model-key, labels: {{ordo.dev/credential: "true"}}}}
     stringData: {{api_key: {CANARY}, token: {CANARY}-2}}
     """
     mset = manifests.load([str(_write(tmp_path, SECRET_ENDPOINT + textwrap.dedent(secret)))])

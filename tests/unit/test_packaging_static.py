@@ -307,6 +307,7 @@ def _populated() -> Metrics:
     metrics.tasks_deleted.labels("ns").inc()
     metrics.guardrail_decisions.labels("g", "input", "denied").inc()
     metrics.tool_rule_decisions.labels("ns", "p", "r", "Deny", "Enforce", "matched").inc()
+    metrics.credential_violations.labels("host").inc()
     metrics.claims.labels("claimed").inc()
     metrics.cache_synced.labels("Agent").set(1)
     metrics.cache_watch_restarts.labels("Agent", "expired").inc()
@@ -377,7 +378,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 14
+    assert checked == 15
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -31,10 +31,11 @@ CANARY = "sk-canary-7f3a9c"
 
 
 def secret(name: str, **data: str) -> dict[str, Any]:
+    """An opted-in Secret (the label; no allowed-hosts annotation: any host)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, "labels": {"ordo.dev/credential": "true"}},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
 
@@ -221,7 +222,7 @@ async def test_agent_policy_blocking_builtin_memory_tools_is_ready() -> None:
 @pytest.mark.parametrize(
     ("objects", "expected"),
     [
-        ((), "Secret 'model-key' not found"),
+        ((), "Secret 'model-key' not found or is not labelled ordo.dev/credential=true"),
         ((secret("model-key", other=CANARY),), "Secret 'model-key' has no key 'apiKey'"),
     ],
 )
@@ -312,5 +313,9 @@ async def test_http_tool_secret_is_checked_before_the_probe(listener: Listener) 
         f"http://127.0.0.1:{listener.port}/", secretRef={"name": "tool-key", "key": "token"}
     )
     verdict = await readiness.tool_verdict(tool, DictStore(tool))
-    assert verdict == Verdict("False", "SecretNotFound", "Secret 'tool-key' not found")
+    assert verdict == Verdict(
+        "False",
+        "SecretNotFound",
+        "Secret 'tool-key' not found or is not labelled ordo.dev/credential=true",
+    )
     assert listener.connections == 0

@@ -174,7 +174,9 @@ def test_secret_from_a_secret_manifest(
     write(
         tmp_path,
         "secret.yaml",
-        f"apiVersion: v1\nkind: Secret\nmetadata: {{name: model-key}}\n{secret}\n",
+        "apiVersion: v1\nkind: Secret\n"
+        "metadata: {name: model-key, labels: {ordo.dev/credential: 'true'}}\n"
+        f"{secret}\n",
     )
     code, tasks, _ = run(capsys, "-q", "-f", str(tmp_path))
     out = json.dumps(tasks)

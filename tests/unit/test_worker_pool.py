@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from ordo.credentials import NOWHERE, Destination, Release
 from ordo.operator.kube.client import ApiError
 from ordo.operator.tasks.claim import Claim
 from ordo.operator.tasks.lease import ExecutionLease
@@ -46,7 +47,7 @@ class FakeRunner:
         await store.get("Pid", ns, str(os.getpid()))  # tells the test where it ran
         if what == "echo":
             agent = await store.get("Agent", ns, task.spec.agent_ref)
-            key = await store.secret_value(ns, "key", "api-key")
+            key = (await store.credential(ns, "key", "api-key", NOWHERE)).value
             missing = await store.get("Agent", ns, "missing")
             self.metrics.tasks.labels(ns, "a", "Succeeded", "Completed").inc()
             self.metrics.task_steps.labels(ns, "a").observe(3)
@@ -122,9 +123,11 @@ class DictStore:
     async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         return []
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
         self.reads.append(("Secret", namespace, name, key))
-        return "sk-1" if (name, key) == ("key", "api-key") else None
+        return Release("sk-1" if (name, key) == ("key", "api-key") else None)
 
     def pids(self) -> list[int]:
         return [int(r[2]) for r in self.reads if r[0] == "Pid"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ordo.credentials import CredentialRefused, Destination, Release
 from ordo.operator.workers import protocol, remotestore
 from ordo.runtime.store import StoreError
 
@@ -24,8 +25,14 @@ class DictStore:
     async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         return [v for (k, n, _), v in self.objects.items() if (k, n) == (kind, namespace)]
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return "v" if (name, key) == ("s", "k") else None
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        if dest is not None and dest.host == "evil.example":
+            raise CredentialRefused(f"Secret {name!r} may not be sent to {dest}")
+        if (name, key) == ("s", "k"):
+            return Release("v", "a warning", "host") if dest is None else Release("v")
+        return Release(None)
 
 
 async def test_reads_round_trip_through_the_wire_format() -> None:
@@ -45,8 +52,12 @@ async def test_reads_round_trip_through_the_wire_format() -> None:
     assert await remote.get("Agent", "ns", "a") == store.objects[("Agent", "ns", "a")]
     assert await remote.get("Agent", "ns", "missing") is None
     assert [o["metadata"]["name"] for o in await remote.list("Agent", "ns")] == ["a"]
-    assert await remote.secret_value("ns", "s", "k") == "v"
-    assert await remote.secret_value("ns", "s", "other") is None
+    here = Destination("api.example.com", 443)
+    assert await remote.credential("ns", "s", "k", here) == Release("v")
+    assert await remote.credential("ns", "s", "k", None) == Release("v", "a warning", "host")
+    assert await remote.credential("ns", "s", "other", here) == Release(None)
+    with pytest.raises(CredentialRefused, match=r"evil\.example:443"):
+        await remote.credential("ns", "s", "k", Destination("evil.example", 443))
     with pytest.raises(StoreError, match="cache not synced"):
         await remote.get("Broken", "ns", "a")
 

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..credentials import (
+    ALLOWED_HOSTS_ANNOTATION,
+    CREDENTIAL_LABEL,
+    allowed_hosts,
+    opted_in,
+    parse_allowed_hosts,
+)
 from . import Resource
 from .base import parse_duration
 from .manifest_reader import Document, ManifestSet, Problem
@@ -40,6 +47,51 @@ def check_duplicates(mset: ManifestSet) -> list[Problem]:
                 f"{other.source}[{other.index}]; keep one",
             )
         )
+    return problems
+
+
+def check_credentials(mset: ManifestSet) -> list[Problem]:
+    """Warnings on Secret manifests (docs/security.md#secrets): one without the label
+    `ordo.dev/credential: "true"` reads as missing to the operator and `ordo run`; an
+    opted-in one without `ordo.dev/allowed-hosts` goes to whatever host an object names;
+    allowed-hosts entries that do not parse allow nothing."""
+    problems = []
+    for doc in mset.secrets:
+        if not isinstance(doc.body, dict):
+            continue
+        hosts = allowed_hosts(doc.body)
+        if not opted_in(doc.body):
+            problems.append(
+                Problem(
+                    doc,
+                    "metadata.labels",
+                    f'no label {CREDENTIAL_LABEL}: "true"; ordo treats this Secret as '
+                    "missing (add the label if ordo may use it)",
+                    severity="warning",
+                )
+            )
+        elif hosts is None:
+            problems.append(
+                Problem(
+                    doc,
+                    "metadata.annotations",
+                    f"opted in ({CREDENTIAL_LABEL}) without {ALLOWED_HOSTS_ANNOTATION}: ordo "
+                    "sends it to any host an object that names it points at; list the hosts",
+                    severity="warning",
+                )
+            )
+        if hosts is not None:
+            _, bad = parse_allowed_hosts(hosts)
+            if bad:
+                listed = ", ".join(repr(b) for b in bad[:10])
+                problems.append(
+                    Problem(
+                        doc,
+                        f"metadata.annotations[{ALLOWED_HOSTS_ANNOTATION}]",
+                        f"entries that do not parse allow nothing: {listed}",
+                        severity="warning",
+                    )
+                )
     return problems
 
 

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from . import API_VERSION, KINDS, Resource
 from .base import DNS1123_SUBDOMAIN
 from .manifest_checks import (
+    check_credentials,
     check_duplicates,
     check_limits,
     check_references,
@@ -41,6 +42,7 @@ __all__ = [
     "Document",
     "ManifestSet",
     "Problem",
+    "check_credentials",
     "check_duplicates",
     "check_limits",
     "check_references",
@@ -219,4 +221,5 @@ def load(paths: Iterable[str]) -> ManifestSet:
     result.problems.extend(check_references(result))
     result.problems.extend(check_limits(result))
     result.problems.extend(check_skills(result))
+    result.problems.extend(check_credentials(result))
     return result

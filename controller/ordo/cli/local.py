@@ -1,15 +1,16 @@
 """`ordo run`: run Tasks from manifests on this machine, no cluster needed.
 
 Objects come from the manifest files; Secret values from Secret manifests in the set
-(`data` or `stringData`) or from environment variables named
-`ORDO_SECRET_<SECRET NAME>_<KEY>` (upper case, every character outside A-Z and 0-9 as `_`),
-e.g. `ORDO_SECRET_OPENAI_API_KEY` for Secret `openai`, key `api-key`.
+(`data` or `stringData`), which follow the operator's rule (`credentials.release`, enforced:
+the label `ordo.dev/credential: "true"` and the annotation `ordo.dev/allowed-hosts`), or from
+environment variables named `ORDO_SECRET_<SECRET NAME>_<KEY>` (upper case, every character
+outside A-Z and 0-9 as `_`), e.g. `ORDO_SECRET_OPENAI_API_KEY` for Secret `openai`, key
+`api-key`: those are the user's own and go wherever the manifests send them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
 import contextlib
 import os
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from ..api import Task
 from ..api.manifests import ManifestSet
+from ..credentials import Destination, Release, release, visible_keys
 from ..engine.events import (
     Event,
     ModelResponded,
@@ -52,14 +54,10 @@ class ManifestStore:
             body.setdefault("metadata", {}).setdefault("namespace", obj.namespace)
             body["metadata"].setdefault("generation", 1)
             self._objects[(obj.kind, obj.namespace, obj.name)] = body
-        self._secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self._secrets: dict[tuple[str, str], dict[str, Any]] = {}
         for doc in mset.secrets:
             meta = doc.body.get("metadata") or {}
-            values = {
-                k: base64.b64decode(v).decode() for k, v in (doc.body.get("data") or {}).items()
-            }
-            values.update({k: str(v) for k, v in (doc.body.get("stringData") or {}).items()})
-            self._secrets[(meta.get("namespace") or "default", meta.get("name", ""))] = values
+            self._secrets[(meta.get("namespace") or "default", meta.get("name", ""))] = doc.body
         self._environ = environ if environ is not None else dict(os.environ)
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -68,21 +66,25 @@ class ManifestStore:
     async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         return [b for (k, ns, _), b in self._objects.items() if k == kind and ns == namespace]
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        value = self._secrets.get((namespace, name), {}).get(key)
-        if value is None:
-            value = self._environ.get(secret_env_name(name, key))
-        return value
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        """A Secret manifest's value as the operator would release it (raises
+        CredentialRefused likewise); else the environment variable's, for any destination."""
+        body = self._secrets.get((namespace, name))
+        released = release(body, name, key, dest, "Enforce")
+        if released.value is not None:
+            return released
+        return Release(self._environ.get(secret_env_name(name, key)))
 
     async def secret_keys(self, namespace: str, name: str) -> builtins.list[str] | None:
-        """Key names of the Secret manifest in the set, or None when there is none."""
-        values = self._secrets.get((namespace, name))
-        return None if values is None else sorted(values)
+        """Key names of the opted-in Secret manifest in the set, or None when there is none."""
+        return visible_keys(self._secrets.get((namespace, name)), "Enforce")
 
     def secret_hint(self, name: str, key: str) -> str:
         return (
             f"under `ordo run`, set {secret_env_name(name, key)} or add a Secret manifest "
-            f"{name!r} with key {key!r}"
+            f'{name!r} with key {key!r} and the label ordo.dev/credential: "true"'
         )
 
 

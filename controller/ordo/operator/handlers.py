@@ -19,6 +19,7 @@ import kopf
 
 from ..api import GROUP, VERSION
 from ..api.agent import ExecutionMode
+from ..credentials import Policy
 from . import jobsettings as jobtable
 from . import settings as table
 from .jobmode.supervisor import COMPONENT, MANAGED_BY
@@ -62,6 +63,7 @@ class OperatorConfig:
     reference_grace_seconds: float = table.REFERENCE_GRACE.default
     approval_timeout_seconds: float | None = table.APPROVAL_TIMEOUT.default
     """Default wait for a human decision on a tool call (None: the engine's, the same 24h)."""
+    credential_policy: Policy = table.CREDENTIAL_POLICY.default
     task_ttl_seconds: float | None = table.TASK_TTL.default or None
     """Delete finished Tasks this long after they end unless they set their own
     spec.ttlSecondsAfterFinished; None (or 0) keeps them."""
@@ -132,7 +134,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     # References are read from a watch-fed cache (cache.py), scoped as kopf's watches are.
     STATE.cache = ObjectCache(STATE.client, cfg.namespaces or None, metrics=metrics)
     await STATE.cache.start()
-    store = CachedStore(STATE.cache, STATE.client)
+    store = CachedStore(STATE.cache, STATE.client, cfg.credential_policy)
     STATE.leases = await _process_leases(STATE.client, cfg)
     STATE.scheduler = TaskScheduler(
         STATE.client,
@@ -141,6 +143,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             cfg.keep_checkpoints,
             cfg.lease_seconds,
             default_execution_mode=cfg.default_execution_mode,
+            credential_policy=cfg.credential_policy,
             job=cfg.job,
             job_poll_seconds=cfg.job_poll_seconds,
             job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,

@@ -54,7 +54,15 @@ def run_task(args: argparse.Namespace) -> int:
     if not install_checkpoint_key(path):
         return 2
     try:
-        return asyncio.run(run(args.namespace, args.name, args.execution_id, args.lease_seconds))
+        return asyncio.run(
+            run(
+                args.namespace,
+                args.name,
+                args.execution_id,
+                args.lease_seconds,
+                args.credential_policy,
+            )
+        )
     finally:
         tracing.shutdown()
 
@@ -168,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         log_format=args.log_format,
         log_level=args.log_level.upper(),
+        credential_policy=args.credential_policy,
         env=env,
     )
     config = handlers.OperatorConfig(
@@ -188,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         reference_grace_seconds=args.reference_grace,
         approval_timeout_seconds=args.approval_timeout,
         task_ttl_seconds=args.task_ttl or None,
+        credential_policy=args.credential_policy,
     )
     kwargs: dict[str, Any] = {"standalone": args.peering is None, "memo": handlers.new_memo(config)}
     if args.peering:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.agent import ExecutionMode
+from ..credentials import POLICIES, Policy
 from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
 from .flags import Setting, duration_seconds, parse_quantities, workers_flag
 from .jobsettings import (
@@ -210,6 +211,17 @@ DEFAULT_EXECUTION_MODE = Setting[ExecutionMode](
     choices=("InProcess", "Job"),
     chart=("jobs.defaultMode",),
 )
+CREDENTIAL_POLICY = Setting[Policy](
+    "credential_policy",
+    "--credential-policy",
+    "Enforce",
+    "Secrets without the label ordo.dev/credential=true, or sent to a host their "
+    "ordo.dev/allowed-hosts does not list: refused (Enforce), or only warned about in Ready, "
+    "a Warning Event on the Task and ordo_credential_violations_total, and still sent (Warn, "
+    "for a migration)",
+    choices=POLICIES,
+    chart=("operator.credentialPolicy",),
+)
 LOG_FORMAT = Setting[str](
     "log_format",
     "--log-format",
@@ -257,12 +269,18 @@ SETTINGS: tuple[Setting[Any], ...] = (
     JOB_IMAGE_PULL_GRACE_SECONDS,
     JOB_CANCEL_GRACE_SECONDS,
     JOB_POLL_SECONDS,
+    CREDENTIAL_POLICY,
     LOG_FORMAT,
     LOG_LEVEL,
 )
 """Every setting of `ordo operator`, in the order of its `--help`."""
 
-RUN_TASK_SETTINGS: tuple[Setting[Any], ...] = (LEASE_SECONDS, LOG_FORMAT, LOG_LEVEL)
+RUN_TASK_SETTINGS: tuple[Setting[Any], ...] = (
+    LEASE_SECONDS,
+    CREDENTIAL_POLICY,
+    LOG_FORMAT,
+    LOG_LEVEL,
+)
 """The operator's settings that `ordo run-task` (a Job pod) takes too: the Job's command
 passes the operator's values on."""
 
@@ -294,6 +312,8 @@ class JobSettings:
     tmp_size_limit: str = "64Mi"
     log_format: str = LOG_FORMAT.default
     log_level: str = LOG_LEVEL.default
+    credential_policy: Policy = CREDENTIAL_POLICY.default
+    """Passed on to the pod (`ordo run-task --credential-policy`), which reads its Secrets."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment of the pod (`--job-env NAME=VALUE`: proxies, or where the API
     server is when the `kubernetes` Service does not route)."""
@@ -326,3 +346,6 @@ class SchedulerSettings:
     of a scheduler built directly, as the unit tests do)."""
     worker_stall_seconds: float = WORKER_STALL_SECONDS.default
     """A worker that does not answer its heartbeat this long is killed and replaced."""
+    credential_policy: Policy = CREDENTIAL_POLICY.default
+    """How the runs' Secret reads treat a Secret that does not allow its use
+    (`--credential-policy`; credentials.py)."""

@@ -34,12 +34,13 @@ from ..engine.transcript import (
     ToolResult,
     UserMessage,
 )
+from . import DEFAULT_BASE_URLS
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
 from .sdk_http import Lease, post_json
 from .usage import reported, usage_or_estimate
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = DEFAULT_BASE_URLS["anthropic"]
 DEFAULT_MAX_TOKENS = 1024
 _KEYLESS: anthropic.RequestOptions = {
     "headers": {"Authorization": anthropic.Omit(), "X-Api-Key": anthropic.Omit()}

@@ -33,15 +33,12 @@ from ..engine.transcript import (
     UserMessage,
 )
 from ..errors import UntrustedInputTooLarge
+from . import DEFAULT_BASE_URLS
 from .errors import UNREADABLE, classify, endpoint_label
 from .retry import RetryPolicy, call_with_retries
 from .sdk_http import Lease, post_json
 from .usage import reported, usage_or_estimate
 
-DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "ollama": "http://localhost:11434/v1",
-}
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 NATIVE_STRUCTURED_OUTPUT = ("openai", "azure-openai")
 """Providers sent `response_format: json_schema` when the run has an output schema."""

@@ -19,8 +19,10 @@ from typing import Any
 
 from ..api import Agent, AgentPolicy, ModelEndpoint
 from ..api.guardrail import Guardrail
+from ..credentials import destination
 from ..engine.guardrails import GuardrailBinding, GuardrailCheck, ModelJudge, PatternCheck
 from ..errors import ResolutionError
+from ..providers import endpoint_destination
 from . import fetch
 from . import policies as policy_mod
 from .store import ObjectStore
@@ -62,7 +64,9 @@ async def _resolve_one(
     spec = guardrail.spec
     if spec.http is not None and spec.http.secret_ref is not None:
         ref = spec.http.secret_ref
-        secret = await fetch.secret(store, namespace, ref.name, ref.key, what)
+        secret = await fetch.credential(
+            store, namespace, ref.name, ref.key, what, destination(spec.http.url)
+        )
         return ResolvedGuardrail(guardrail, secret=secret)
     if spec.model is not None:
         endpoint = await fetch.get(
@@ -77,8 +81,13 @@ async def _resolve_one(
         api_key = None
         if endpoint.spec.credentials is not None:
             ref = endpoint.spec.credentials.secret_ref
-            api_key = await fetch.secret(
-                store, namespace, ref.name, ref.key, f"ModelEndpoint {endpoint.name!r}"
+            api_key = await fetch.credential(
+                store,
+                namespace,
+                ref.name,
+                ref.key,
+                f"ModelEndpoint {endpoint.name!r}",
+                endpoint_destination(endpoint),
             )
         return ResolvedGuardrail(guardrail, endpoint=endpoint, api_key=api_key)
     return ResolvedGuardrail(guardrail)

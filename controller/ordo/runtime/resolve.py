@@ -17,11 +17,13 @@ from ..api import (
 )
 from ..api.agent import Skill
 from ..api.tool import RESERVED_NAME_MESSAGE
+from ..credentials import destination
 from ..engine import output as output_mod
 from ..engine.approvals import merged
 from ..engine.governance import ApprovalRule, memory_policy_names
 from ..engine.tooling import ResolvedTool
 from ..errors import ResolutionError
+from ..providers import endpoint_destination
 from . import fetch
 from . import policies as policy_mod
 from .guardrails import content as guardrail_content
@@ -73,14 +75,13 @@ async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
         visible = model_tool_name(name)
     except ValueError as exc:
         raise ResolutionError("InvalidSpec", str(exc)) from None
-    secret_ref = (tool.spec.http and tool.spec.http.secret_ref) or (
-        tool.spec.mcp and tool.spec.mcp.secret_ref
-    )
-    secret = (
-        await fetch.secret(store, namespace, secret_ref.name, secret_ref.key, f"Tool {name!r}")
-        if secret_ref
-        else None
-    )
+    secret = None
+    target = tool.spec.http or tool.spec.mcp
+    if target is not None and target.secret_ref is not None:
+        ref = target.secret_ref
+        secret = await fetch.credential(
+            store, namespace, ref.name, ref.key, f"Tool {name!r}", destination(target.url)
+        )
     return ResolvedTool(tool, visible, secret)
 
 
@@ -121,8 +122,13 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     api_key = None
     if endpoint.spec.credentials is not None:
         ref = endpoint.spec.credentials.secret_ref
-        api_key = await fetch.secret(
-            store, ns, ref.name, ref.key, f"ModelEndpoint {endpoint.name!r}"
+        api_key = await fetch.credential(
+            store,
+            ns,
+            ref.name,
+            ref.key,
+            f"ModelEndpoint {endpoint.name!r}",
+            endpoint_destination(endpoint),
         )
     skill = _skill(agent, task)
 
@@ -144,8 +150,13 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         )
         if memory.spec.secret_ref is not None:
             ref = memory.spec.secret_ref
-            memory_secret = await fetch.secret(
-                store, ns, ref.name, ref.key, f"Memory {memory.name!r}"
+            memory_secret = await fetch.credential(
+                store,
+                ns,
+                ref.name,
+                ref.key,
+                f"Memory {memory.name!r}",
+                fetch.memory_destination(memory),
             )
     memory_name = memory.name if memory is not None else None
     governance = policy_mod.governance(agent, skill, memory_name, policies, perms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from ..credentials import Destination, Release
 from ..errors import StoreError
 
 __all__ = ["DescribesSecrets", "ObjectStore", "StoreError"]
@@ -19,8 +20,12 @@ class ObjectStore(Protocol):
         """Every object of `kind` in `namespace`. Raises StoreError."""
         ...
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        """The decoded value of a Secret key, or None if the Secret or key is missing."""
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        """A Secret key's value for sending to `dest`, as `credentials.release` hands it out
+        (the one place that decides; no store reads Secrets through `get`). Raises StoreError
+        and credentials.CredentialRefused."""
         ...
 
 
@@ -30,8 +35,8 @@ class DescribesSecrets(Protocol):
     "Secret missing" from "key missing" and what to do (`ordo run`: an environment variable)."""
 
     async def secret_keys(self, namespace: str, name: str) -> list[str] | None:
-        """The names (never the values) of the Secret's keys, or None if it does not exist.
-        Raises StoreError."""
+        """The names (never the values) of the Secret's keys, or None if it does not exist or
+        (Enforce) is not opted in (`credentials.visible_keys`). Raises StoreError."""
         ...
 
     def secret_hint(self, name: str, key: str) -> str:

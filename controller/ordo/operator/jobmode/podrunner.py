@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...api import TERMINAL_PHASES, Task
+from ...api import API_VERSION, TERMINAL_PHASES, Task
+from ...credentials import Policy
 from ...errors import validation_problem
 from ...runtime import ModelFactory, TaskOutcome, default_model_factory
 from ..kube.client import ApiError, KubeClient, login
@@ -40,6 +41,7 @@ from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.claim import Claim
 from ..tasks.lease import ExecutionLease
 from ..tasks.runner import Runner
+from ..tasks.taskstore import SecretsReadOnce, credential_warning
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
@@ -71,6 +73,7 @@ class TaskRun:
         lease_seconds: float = LEASE_SECONDS.default,
         model_factory: ModelFactory = default_model_factory,
         cancel_poll_seconds: float = CANCEL_POLL_SECONDS,
+        credential_policy: Policy = "Enforce",
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -80,7 +83,20 @@ class TaskRun:
         self.lease_seconds = lease_seconds
         self.cancel_poll_seconds = cancel_poll_seconds
         self.writer = TaskWriter(client, Metrics())
-        self.runner = Runner(self.writer, KubeStore(client), self.writer.metrics, model_factory)
+        # The pod reads its Secrets itself (the runner Role: `get` on jobs.secretNames), under
+        # the operator's --credential-policy; Warn-mode warnings go to the Task as Events.
+        store = SecretsReadOnce(
+            KubeStore(client, credential_policy),
+            credential_warning(
+                self.writer,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "Task",
+                    "metadata": {"name": name, "namespace": namespace},
+                },
+            ),
+        )
+        self.runner = Runner(self.writer, store, self.writer.metrics, model_factory)
 
     async def _current(self) -> dict[str, Any] | None:
         """The Task if this Job still has to run it, else None."""
@@ -171,11 +187,23 @@ class TaskRun:
                 cancel.set()
 
 
-async def run_task(namespace: str, name: str, execution_id: str, lease_seconds: float) -> int:
+async def run_task(
+    namespace: str,
+    name: str,
+    execution_id: str,
+    lease_seconds: float,
+    credential_policy: Policy = "Enforce",
+) -> int:
     """The `ordo run-task` process: run the Task, map the outcome to an exit status."""
     client = KubeClient(login(), relogin=login)
     attempt = TaskRun(
-        client, namespace, name, execution_id, holder=identity(), lease_seconds=lease_seconds
+        client,
+        namespace,
+        name,
+        execution_id,
+        holder=identity(),
+        lease_seconds=lease_seconds,
+        credential_policy=credential_policy,
     )
     current = asyncio.current_task()
     terminated = False

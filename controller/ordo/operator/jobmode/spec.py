@@ -161,6 +161,7 @@ def build_job(
         "--execution-id",
         execution_id,
         f"--lease-seconds={settings.lease_seconds:g}",
+        f"--credential-policy={settings.credential_policy}",
         f"--log-format={settings.log_format}",
         f"--log-level={settings.log_level}",
         f"--checkpoint-key-file={KEY_DIR}/keyring",

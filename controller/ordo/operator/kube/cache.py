@@ -21,6 +21,7 @@ import builtins
 from collections.abc import Iterable
 from typing import Any
 
+from ...credentials import Destination, Policy, Release
 from ...errors import StoreError
 from ..telemetry.metrics import Metrics
 from .client import KubeClient
@@ -176,9 +177,9 @@ class CachedStore:
     """An ObjectStore (and DescribesSecrets) over an `ObjectCache`: the cached kinds from
     memory (NotSynced when unreadable), Secrets and any other kind through the API."""
 
-    def __init__(self, cache: ObjectCache, client: KubeClient) -> None:
+    def __init__(self, cache: ObjectCache, client: KubeClient, policy: Policy = "Enforce") -> None:
         self.cache = cache
-        self._api = KubeStore(client)
+        self._api = KubeStore(client, policy)
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if kind in self.cache.kinds:
@@ -190,8 +191,10 @@ class CachedStore:
             return self.cache.list(kind, namespace)
         return await self._api.list(kind, namespace)
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return await self._api.secret_value(namespace, name, key)
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        return await self._api.credential(namespace, name, key, dest)
 
     async def secret_keys(self, namespace: str, name: str) -> builtins.list[str] | None:
         return await self._api.secret_keys(namespace, name)

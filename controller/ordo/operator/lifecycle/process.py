@@ -29,7 +29,7 @@ from ..tasks.capacity import SLOT, TAKEN, acquire, mark_waiting
 from ..tasks.claim import Claimed, Held, Lost, NotSettled
 from ..tasks.references import Missing
 from ..tasks.runner import Abandoned, Finished
-from ..tasks.taskstore import SecretsReadOnce
+from ..tasks.taskstore import SecretsReadOnce, credential_warning
 from ..tasks.writer import FINALIZER
 from .job import Done, Job, Step
 from .workerloss import count_loss
@@ -245,7 +245,8 @@ class TaskProcess:
             return Done()
 
         resuming = phase == "Running"
-        store = SecretsReadOnce(s.store)  # the pre-check and the run read each Secret once
+        # The pre-check and the run read each Secret once; Warn-mode warnings go to the Task.
+        store = SecretsReadOnce(s.store, credential_warning(s.writer, body))
         snapshot: Snapshot | None = None
         if not resuming:
             checked = await s.references.check(task, body, store)  # GitOps order: bounded

@@ -99,7 +99,7 @@ class TaskScheduler:
         self.claimer = Claimer(
             client, self.identity, self.settings.lease_seconds, metrics=self.metrics, leases=leases
         )
-        store = store or KubeStore(client)
+        store = store or KubeStore(client, self.settings.credential_policy)
         self.store = store
         self.reaper = CheckpointReaper(client)
         """Deletes the checkpoints of the Tasks this process finished, in batches."""

@@ -3,8 +3,9 @@
 - pattern: every pattern compiles with RE2 (the API model already refuses one that does not,
   so an object that slipped past admission is `InvalidSpec`);
 - http: the URL names a host that the SSRF guard allows (`DestinationRefused`,
-  `Unreachable` when it does not resolve), and its Secret key exists;
-- model: the judge's ModelEndpoint exists (`ModelEndpointNotFound`) with its Secret key.
+  `Unreachable` when it does not resolve), and its credential is usable for that host
+  (verdicts.credential: `SecretNotFound`, `CredentialNotAllowed`);
+- model: the judge's ModelEndpoint exists (`ModelEndpointNotFound`) with a usable credential.
 
 Nothing is sent to a check service or a judge: a probe must not spend tokens or leak text.
 Messages name objects, keys and host:port, never a URL path, a Secret value or a pattern.
@@ -15,22 +16,28 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...api.guardrail import Guardrail
+from ...api.guardrail import Guardrail, HttpGuardrail
 from ...api.modelendpoint import ModelEndpoint
+from ...credentials import destination
+from ...providers import endpoint_destination
 from ...runtime.store import ObjectStore
 from ...tools import netguard
-from .verdicts import DEFAULT_PORTS, Verdict
-from .verdicts import _secret_problem as secret_problem
+from .verdicts import DEFAULT_PORTS, Credential, Verdict, credential
 
 
 async def _http_verdict(guardrail: Guardrail, store: ObjectStore) -> Verdict:
     spec = guardrail.spec.http
     assert spec is not None
+    checked = Credential()
     if spec.secret_ref is not None:
-        ref = spec.secret_ref
-        problem = await secret_problem(store, guardrail.namespace, ref.name, ref.key)
-        if problem:
-            return Verdict("False", "SecretNotFound", problem)
+        where = destination(spec.url)
+        checked = await credential(store, guardrail.namespace, spec.secret_ref, where)
+        if checked.problem:
+            return checked.problem
+    return checked.noted(await _http_probe(spec))
+
+
+async def _http_probe(spec: HttpGuardrail) -> Verdict:
     try:
         parts = urlsplit(spec.url)
         host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
@@ -57,12 +64,15 @@ async def _model_verdict(guardrail: Guardrail, store: ObjectStore) -> Verdict:
         )
     endpoint = ModelEndpoint.model_validate(body)
     creds = endpoint.spec.credentials
+    checked = Credential()
     if creds is not None:
-        ref = creds.secret_ref
-        problem = await secret_problem(store, guardrail.namespace, ref.name, ref.key)
-        if problem:
-            return Verdict("False", "SecretNotFound", f"ModelEndpoint/{endpoint.name}: {problem}")
-    return Verdict("True", "Configured", f"model judge via ModelEndpoint {spec.model_ref!r}")
+        where = endpoint_destination(endpoint)
+        prefix = f"ModelEndpoint/{endpoint.name}: "
+        checked = await credential(store, guardrail.namespace, creds.secret_ref, where, prefix)
+        if checked.problem:
+            return checked.problem
+    verdict = Verdict("True", "Configured", f"model judge via ModelEndpoint {spec.model_ref!r}")
+    return checked.noted(verdict)
 
 
 async def guardrail_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:

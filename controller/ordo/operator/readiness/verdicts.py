@@ -1,11 +1,11 @@
 """The `Ready` verdict of each configuration kind, and the reachability probes behind them
 (reconciler.py evaluates them on watch events and resyncs, and writes the status).
 
-- Agent: every referenced object exists, and its ModelEndpoint's Secret and key exist.
-- ModelEndpoint: its Secret and key exist.
-- Tool: its Secret and key exist; http: a TCP connection to the URL's host opens (after the
+- Agent: every referenced object exists, and its ModelEndpoint's credential is usable.
+- ModelEndpoint: its credential is usable.
+- Tool: its credential is usable; http: a TCP connection to the URL's host opens (after the
   SSRF guard); mcp: the server lists the tool.
-- Memory: its Secret and key exist; redis/postgres: a TCP connection to the host opens.
+- Memory: its credential is usable; redis/postgres: a TCP connection to the host opens.
 - AgentRole: valid; `status.agents` counts the Agents that hold it.
 - Tool: not named in the built-in namespace (`ReservedName`, for one stored before the CRD
   refused such names).
@@ -13,6 +13,13 @@
 - AgentPolicy: `status.selectedAgents` counts the Agents it selects; not Ready when it selects
   none (`SelectsNothing`) or blocks a Tool that does not exist (`ToolNotFound`: a typo that
   blocks nothing). Enforcement does not depend on this condition.
+
+"Usable": the Secret key is released for the object's destination (`credentials.release`,
+the operator's only way to a Secret value): `SecretNotFound` when the Secret or key is missing
+or the Secret is not opted in (one message: no "exists" answer), `CredentialNotAllowed` when
+its allowed hosts do not list the destination. A probe gets a credential only that way, so
+the mcp list never sends one the Secret does not allow. Under `--credential-policy Warn` the
+message carries the warning instead.
 
 Probes are bounded (`PROBE_TIMEOUT`) and send nothing: a TCP connect that is closed at once
 (the MCP list for mcp). Messages name objects, keys and host:port, never a URL, a Secret
@@ -40,13 +47,17 @@ from ...api import (
     Tool,
     ToolPermission,
 )
+from ...api.base import SecretKeyRef
 from ...api.manifests import references
 from ...api.policy import LabelSelector
 from ...api.tool import RESERVED_NAME_MESSAGE, model_tool_name, reserved_tool_name
+from ...credentials import CredentialRefused, Destination, destination
 from ...engine.governance import memory_policy_names
 from ...engine.tooling import ResolvedTool
 from ...errors import InvalidSchema, ToolFailure, validation_problem
-from ...runtime.store import ObjectStore
+from ...providers import endpoint_destination
+from ...runtime.fetch import NOT_OPTED_IN, memory_destination
+from ...runtime.store import DescribesSecrets, ObjectStore
 from ...tools import netguard
 
 PROBE_TIMEOUT = 3.0
@@ -75,15 +86,45 @@ Evaluator = Callable[[dict[str, Any], ObjectStore], Awaitable[Verdict]]
 # -- helpers ----------------------------------------------------------------------------------
 
 
-async def _secret_problem(store: ObjectStore, ns: str, name: str, key: str) -> str | None:
-    """Why the Secret key cannot be read ("Secret 'x' not found", "Secret 'x' has no key
-    'k'"), or None. Never the value."""
-    secret = await store.get("Secret", ns, name)
-    if secret is None:
-        return f"Secret {name!r} not found"
-    if key not in (secret.get("data") or {}) and key not in (secret.get("stringData") or {}):
-        return f"Secret {name!r} has no key {key!r}"
-    return None
+@dataclass(frozen=True)
+class Credential:
+    """A Secret key released for one destination (`value`, a Warn-mode `warning`), or the
+    `problem` verdict when it was not."""
+
+    value: str | None = None
+    warning: str | None = None
+    problem: Verdict | None = None
+
+    def noted(self, verdict: Verdict) -> Verdict:
+        """`verdict` with the Warn-mode warning, if any, added to its message."""
+        if self.warning is None:
+            return verdict
+        message = f"{verdict.message}; WARNING (enforced by default): {self.warning}"
+        return Verdict(verdict.status, verdict.reason, message, verdict.fields)
+
+
+async def credential(
+    store: ObjectStore, ns: str, ref: SecretKeyRef, dest: Destination | None, prefix: str = ""
+) -> Credential:
+    """The Secret key of `ref` released for `dest`, or why not (names the Secret and key, or
+    the host:port; never a value, never whether an unlabelled Secret exists)."""
+    try:
+        released = await store.credential(ns, ref.name, ref.key, dest)
+    except CredentialRefused as refusal:
+        return Credential(
+            problem=Verdict("False", "CredentialNotAllowed", prefix + refusal.message)
+        )
+    if released.value is None:
+        keys = (
+            await store.secret_keys(ns, ref.name) if isinstance(store, DescribesSecrets) else None
+        )
+        text = (
+            f"Secret {ref.name!r} not found {NOT_OPTED_IN}"
+            if keys is None
+            else f"Secret {ref.name!r} has no key {ref.key!r}"
+        )
+        return Credential(problem=Verdict("False", "SecretNotFound", prefix + text))
+    return Credential(released.value, released.warning)
 
 
 def _names(names: list[str]) -> str:
@@ -158,24 +199,28 @@ async def agent_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
             f"ModelEndpoint/{agent.spec.model_ref} is invalid at {validation_problem(exc)}",
         )
     creds = endpoint.spec.credentials
+    checked = Credential()
     if creds is not None:
-        problem = await _secret_problem(store, ns, creds.secret_ref.name, creds.secret_ref.key)
-        if problem:
-            return Verdict("False", "SecretNotFound", f"ModelEndpoint/{endpoint.name}: {problem}")
-    return Verdict("True", "Resolved", "every referenced object exists")
+        where = endpoint_destination(endpoint)
+        checked = await credential(
+            store, ns, creds.secret_ref, where, f"ModelEndpoint/{endpoint.name}: "
+        )
+        if checked.problem:
+            return checked.problem
+    return checked.noted(Verdict("True", "Resolved", "every referenced object exists"))
 
 
 async def endpoint_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     endpoint = ModelEndpoint.model_validate(body)
     creds = endpoint.spec.credentials
+    checked = Credential()
     if creds is not None:
-        problem = await _secret_problem(
-            store, endpoint.namespace, creds.secret_ref.name, creds.secret_ref.key
-        )
-        if problem:
-            return Verdict("False", "SecretNotFound", problem)
-    return Verdict(
-        "True", "Configured", "credentials present" if creds else "no credentials needed"
+        where = endpoint_destination(endpoint)
+        checked = await credential(store, endpoint.namespace, creds.secret_ref, where)
+        if checked.problem:
+            return checked.problem
+    return checked.noted(
+        Verdict("True", "Configured", "credentials present" if creds else "no credentials needed")
     )
 
 
@@ -207,15 +252,17 @@ async def tool_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
         visible = model_tool_name(tool.name)
     except ValueError as exc:
         return Verdict("False", "InvalidSpec", str(exc))
-    ref = (tool.spec.http and tool.spec.http.secret_ref) or (
-        tool.spec.mcp and tool.spec.mcp.secret_ref
-    )
-    secret = None
-    if ref:
-        problem = await _secret_problem(store, tool.namespace, ref.name, ref.key)
-        if problem:
-            return Verdict("False", "SecretNotFound", problem)
-        secret = await store.secret_value(tool.namespace, ref.name, ref.key)
+    target = tool.spec.http or tool.spec.mcp
+    checked = Credential()
+    if target is not None and target.secret_ref is not None:
+        where = destination(target.url)
+        checked = await credential(store, tool.namespace, target.secret_ref, where)
+        if checked.problem:
+            return checked.problem
+    return checked.noted(await _tool_probe(tool, visible, checked.value))
+
+
+async def _tool_probe(tool: Tool, visible: str, secret: str | None) -> Verdict:
     if tool.spec.type == "http":
         return await _http_reachable(tool)
     if tool.spec.type == "mcp":
@@ -242,11 +289,16 @@ async def tool_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
 
 async def memory_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
     memory = Memory.model_validate(body)
-    ref = memory.spec.secret_ref
-    if ref:
-        problem = await _secret_problem(store, memory.namespace, ref.name, ref.key)
-        if problem:
-            return Verdict("False", "SecretNotFound", problem)
+    checked = Credential()
+    if memory.spec.secret_ref:
+        where = memory_destination(memory)
+        checked = await credential(store, memory.namespace, memory.spec.secret_ref, where)
+        if checked.problem:
+            return checked.problem
+    return checked.noted(await _memory_probe(memory))
+
+
+async def _memory_probe(memory: Memory) -> Verdict:
     provider = memory.spec.provider
     if memory.spec.url is None:
         return Verdict("True", "Configured", f"{provider} memory")

@@ -58,6 +58,7 @@ _AGENT_WAS_READ = frozenset(
         "ModelEndpointNotFound",
         "ToolNotFound",
         "SecretNotFound",
+        "CredentialNotAllowed",
         "MemoryNotFound",
         "PolicyUnavailable",
         "ModelNotAllowed",

@@ -87,6 +87,14 @@ class Metrics:
             ["namespace", "policy", "rule", "action", "mode", "result"],
             registry=r,
         )
+        self.credential_violations = Counter(
+            "ordo_credential_violations_total",
+            "Secret reads of Tasks that --credential-policy Enforce would refuse (counted under "
+            "Warn, which still sends): kind unlabelled (no ordo.dev/credential=true) or host "
+            "(not in ordo.dev/allowed-hosts). No Secret or host in the labels.",
+            ["kind"],
+            registry=r,
+        )
         self.running = Gauge("ordo_tasks_running", "Tasks executing now.", registry=r)
         self.pending = Gauge("ordo_tasks_pending", "Tasks waiting for capacity.", registry=r)
         self.awaiting_approval = Gauge(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...api import Task
+from ...credentials import Destination, Release
 from ...runtime import Snapshot, default_model_factory
 from ...runtime.store import ObjectStore, StoreError
 from ..kube.client import KubeClient, login
@@ -57,7 +58,9 @@ class NoDefaultStore:
     async def list(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         raise StoreError("a worker reads only through its run's store")
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
         raise StoreError("a worker reads only through its run's store")
 
 

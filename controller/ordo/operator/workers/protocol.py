@@ -5,13 +5,14 @@ Control -> child: `config` {settings} (first), `beat` {validFor} (every second: 
 control's process Lease stays valid), `run` {id, body, executionId, resuming, holder,
 duration, holderLease, validFor, leaseLeft}, `cancel` {id} (the Task was cancelled: the
 run's cancel Event), `stop` {id} (stop the run, as at shutdown: its asyncio task is
-cancelled), `got` {id, rid, value | error | apiError} (a store read's answer), `close`
+cancelled), `got` {id, rid, value | error | apiError | refused} (a store read's answer;
+`refused`: the Secret does not allow the read's destination), `close`
 (stop every run, then exit; the end of stdin does the same, without serving their reads).
 
 Child -> control: `hello` {pid} (logged in, ready), `beat` {runs, metrics} (from the child's
 event loop: a stalled loop sends none), `done` {id, result, why | error}, `get` / `list` /
 `secret` / `keys` {id, rid, ...} (store reads of run `id`, served by control from that run's
-store), `stalled` {id} (the child's watchdog thread: run `id` holds the loop).
+store; `secret` names its destination, `dest` [host, port] or null), `stalled` {id} (the child's watchdog thread: run `id` holds the loop).
 
 Messages carry Secret values (`got` of a `secret` read): they are never logged."""
 

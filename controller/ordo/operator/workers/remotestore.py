@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from ...credentials import CredentialRefused, Destination, Release
 from ...runtime.store import DescribesSecrets, ObjectStore, StoreError
 from ..kube.client import ApiError
 from .protocol import Message
@@ -46,6 +47,8 @@ class RemoteStore:
             future.set_exception(ApiError(int(status), str(reason), str(text)))
         elif "error" in message:
             future.set_exception(StoreError(str(message["error"])))
+        elif "refused" in message:
+            future.set_exception(CredentialRefused(str(message["refused"])))
         else:
             future.set_result(message.get("value"))
 
@@ -62,15 +65,26 @@ class RemoteStore:
         value = await self._ask({"type": "list", "kind": kind, "namespace": namespace})
         return builtins.list(value or [])
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    async def credential(
+        self, namespace: str, name: str, key: str, dest: Destination | None
+    ) -> Release:
+        """Control releases the value (its store decides, for `dest`), or refuses."""
+        where = None if dest is None else [dest.host, dest.port]
         value = await self._ask(
-            {"type": "secret", "namespace": namespace, "name": name, "key": key}
+            {"type": "secret", "namespace": namespace, "name": name, "key": key, "dest": where}
         )
-        return value if isinstance(value, str) else None
+        if not isinstance(value, dict):
+            return Release(None)
+        text = value.get("value")
+        return Release(
+            text if isinstance(text, str) else None,
+            value.get("warning"),
+            value.get("violation"),
+        )
 
     async def secret_keys(self, namespace: str, name: str) -> builtins.list[str] | None:
         """The Secret's key names (never values), or None when it does not exist; [""] when
-        control's store cannot tell (fetch.secret's plain message)."""
+        control's store cannot tell (fetch.credential's plain message)."""
         value = await self._ask({"type": "keys", "namespace": namespace, "name": name})
         return None if value is None else [str(k) for k in value]
 
@@ -102,9 +116,18 @@ async def serve(store: ObjectStore, message: Message) -> Message:
             else:
                 answer["value"] = [""]
         else:
-            answer["value"] = await store.secret_value(
-                message["namespace"], message["name"], message["key"]
+            where = message.get("dest")
+            dest = None if where is None else Destination(str(where[0]), where[1])
+            released = await store.credential(
+                message["namespace"], message["name"], message["key"], dest
             )
+            answer["value"] = {
+                "value": released.value,
+                "warning": released.warning,
+                "violation": released.violation,
+            }
+    except CredentialRefused as refusal:
+        answer["refused"] = refusal.message
     except StoreError as error:
         answer["error"] = str(error) or type(error).__name__
     except ApiError as error:
