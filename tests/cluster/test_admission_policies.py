@@ -183,6 +183,9 @@ def test_only_policy_admins_set_change_or_remove_reserved_labels(
     editor("patch", "agent", "a", "--type=merge", "-p", '{"spec": {"prompt": "Be brief."}}')
     labels = editor("get", "agent", "a", "-o", "jsonpath={.metadata.labels}").stdout
     assert '"policy.ordo.dev/tier":"restricted"' in labels and '"team":"red"' in labels
+    # Re-applying a manifest that carries the reserved label unchanged is no change to it.
+    kept = AGENT.format(name="a", labels=f"{{{RESERVED}: restricted, team: red}}")
+    editor("apply", "--server-side", "--force-conflicts", "-f", "-", input=kept)
     # A policy admin may change and remove it.
     governance("label", "agent", "a", f"{RESERVED}=strict", "--overwrite")
     governance("label", "agent", "a", f"{RESERVED}-")
