@@ -79,13 +79,18 @@ def run_until_the_hanging_call(
 
 
 def assert_ended_untrusted(
-    cp: ControlPlane, ns: str, op: OperatorProcess, tools: HttpToolServer, model: OpenAIServer
+    cp: ControlPlane,
+    ns: str,
+    op: OperatorProcess,
+    tools: HttpToolServer,
+    model: OpenAIServer,
+    effects: tuple[str, ...] = ("order/place-order",),
 ) -> dict[str, Any]:
     calls = model.count
     status: dict[str, Any] = wait_task(cp, ns, "order", timeout=90)["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "CheckpointUntrusted"), status
     assert CANARY not in json.dumps(status)
-    assert tools.effects_snapshot() == {("order", "order/place-order"): 1}  # not again
+    assert tools.effects_snapshot() == {("order", e): 1 for e in effects}  # none again
     assert model.count == calls  # nothing resumed: no model call either
     # The Task's terminal Event and the counter name the reason, never the content.
     posted = [e for e in events(cp, ns, "order") if e["reason"] == "Failed"]
@@ -157,6 +162,45 @@ def test_a_rewritten_checkpoint_is_refused_and_the_side_effect_not_repeated(
         op.start()
         status = assert_ended_untrusted(cp, ns, op, tools, model)
         assert "does not verify" in status["message"]
+
+
+def test_an_older_copy_put_back_is_refused_and_the_later_side_effect_not_repeated(
+    control_plane: ControlPlane, namespace: str, operator: Any
+) -> None:
+    """Rollback: the admin keeps the (valid) checkpoint written with place-order's result and
+    puts it back after send-invoice ran. Resumed from it, the model would be asked again and
+    send the invoice twice; the status's anchor (written before send-invoice started) refuses
+    it."""
+    cp, ns = control_plane, namespace
+    invoice = {"task": "order", "call": "order/send-invoice"}
+    script = [
+        SCRIPT[0],
+        # A window to copy the checkpoint that holds place-order's result.
+        {"delay": 4.0, "tool_calls": [{"name": "send-invoice", "arguments": invoice, "id": "c2"}]},
+        {"delay": 120.0, "text": "never sent: the operator is killed first"},
+    ]
+    with HttpToolServer() as tools, OpenAIServer(script) as model:
+        op = operator()
+        apply(cp, ns, effect_manifests(model.url, tools.url, tool_delay=0, timeout="300s"))
+        apply(cp, ns, order_task())
+        wait_for(lambda: model.count >= 2, 60, interval=0.01, what="step 2's model call")
+        older = checkpoint_of(cp, ns)
+        wait_for(lambda: model.count >= 3, 60, interval=0.01, what="step 3's model call")
+        op.kill()
+        anchored = get_json(cp, "task", "order", "-n", ns)["status"]["checkpointSequence"]
+        newer = checkpoint_of(cp, ns)
+        assert newer["binaryData"] != older["binaryData"] and anchored >= 3
+        patch = {"binaryData": older["binaryData"]}
+        cp.kubectl(
+            "patch", "configmap", older["metadata"]["name"], "-n", ns,
+            "--type=merge", "-p", json.dumps(patch),
+        )  # fmt: skip
+        model.set_script([script[1], {"text": "must not be asked"}])
+        op.start()
+        status = assert_ended_untrusted(
+            cp, ns, op, tools, model, ("order/place-order", "order/send-invoice")
+        )
+        assert "earlier copy was restored" in status["message"]
 
 
 @pytest.fixture(scope="module")
