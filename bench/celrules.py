@@ -4,7 +4,9 @@ rule against the worst cases the bounds of api/celexpr.py allow.
     .venv/bin/python -m bench.celrules [--repeat 5]
 
 Prints, for each case, the best of `--repeat` wall times of one evaluation (or compile) and
-its ratio to a typical rule (`args.amount > 100`). The worst cases are what an adversarial
+its ratio to a typical rule (`args.amount > 100`). The first worst case is what one rule can
+hold the event loop for (engine/toolrules.py: small inputs, the on-loop budget); the others
+run in a thread (off the loop) in the engine. The worst cases are what an adversarial
 policy author and model together can do within the bounds: a quadratic rule over the largest
 list the input cap lets in, stopped by the budget; strings built in a macro, stopped by the
 budget; the largest input converted for a trivial rule; an RE2 match over a 1 MB argument.
@@ -26,6 +28,7 @@ from ordo.api.celexpr import (
     compile_expression,
     evaluate,
 )
+from ordo.engine.toolrules import ON_LOOP_BUDGET, ON_LOOP_VALUES
 
 LONGEST = " && ".join(f"args.a{i}.size() < {i + 100}" for i in range(40))[:1000].rsplit(" &&", 1)[0]
 
@@ -40,15 +43,20 @@ def _best(fn: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def _eval(source: str, args: Any) -> Callable[[], Any]:
+def _eval(source: str, args: Any, budget: int = EVAL_BUDGET) -> Callable[[], Any]:
     program = compile_expression(source)
-    return lambda: evaluate(program, {"args": args})
+    return lambda: evaluate(program, {"args": args}, budget)
 
 
 def cases() -> list[tuple[str, Callable[[], Any]]]:
     ints = list(range(MAX_INPUT_VALUES - 2))
+    small = list(range(ON_LOOP_VALUES - 10))
     return [
         ("typical: args.amount > 100", _eval("args.amount > 100", {"amount": 150})),
+        (
+            "on the loop: quadratic over 490 ints (on-loop budget stop)",
+            _eval("args.l.exists(x, args.l.exists(y, x == y + 1))", {"l": small}, ON_LOOP_BUDGET),
+        ),
         ("compile: a 1,000-character rule", lambda: compile_expression(LONGEST)),
         (
             "quadratic exists over 4,998 ints (budget stop)",
@@ -71,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     opts = parser.parse_args(argv)
-    print(f"budget {EVAL_BUDGET} units, input cap {MAX_INPUT_VALUES} values")
+    print(
+        f"budget {EVAL_BUDGET} units (on the loop {ON_LOOP_BUDGET}), input cap "
+        f"{MAX_INPUT_VALUES} values (on the loop {ON_LOOP_VALUES})"
+    )
     base = None
     for name, fn in cases():
         seconds = _best(fn, opts.repeat)

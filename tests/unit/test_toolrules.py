@@ -16,6 +16,7 @@ from ordo.api.celexpr import (
     CelError,
     EvaluationError,
     compile_expression,
+    count_values,
     evaluate,
 )
 from ordo.engine.approvals import ApprovalDecision, ApprovalRule, PendingApproval
@@ -23,7 +24,7 @@ from ordo.engine.events import Event, ToolRuleEvaluated
 from ordo.engine.governance import BoundRule, Governance
 from ordo.engine.loop import run_agent
 from ordo.engine.state import RunState
-from ordo.engine.toolrules import RuleSubject, check
+from ordo.engine.toolrules import ON_LOOP_BUDGET, ON_LOOP_VALUES, RuleSubject, check
 from ordo.engine.transcript import Usage
 from ordo.errors import PolicyUnavailable
 from ordo.runtime.policies import selecting_policies, tool_rules
@@ -207,60 +208,91 @@ def governed(*rules: dict[str, Any], within: Governance | None = None) -> Govern
     )
 
 
-def decide(gov: Governance, amount: Any, tool: str = "pay") -> Any:
-    return check(gov, (tool,), {"amount": amount}, RuleSubject(), 1, Usage())
+async def decide(gov: Governance, amount: Any, tool: str = "pay") -> Any:
+    return await check(gov, (tool,), {"amount": amount}, RuleSubject(), 1, Usage())
 
 
-def test_deny_denies_only_when_the_expression_holds() -> None:
+async def test_deny_denies_only_when_the_expression_holds() -> None:
     gov = governed(rule("big", "args.amount > 100"))
-    assert decide(gov, 500).denied == "ToolRuleDenied: limits/big"
-    assert decide(gov, 50).denied is None
-    assert decide(gov, 500, tool="read").evaluations == ()  # not a tool of the rule
+    assert (await decide(gov, 500)).denied == "ToolRuleDenied: limits/big"
+    assert (await decide(gov, 50)).denied is None
+    assert (await decide(gov, 500, tool="read")).evaluations == ()  # not a tool of the rule
 
 
-def test_an_erroring_deny_rule_denies() -> None:
-    verdict = decide(governed(rule("big", "args.amount > 100")), "lots")
+async def test_an_erroring_deny_rule_denies() -> None:
+    verdict = await decide(governed(rule("big", "args.amount > 100")), "lots")
     assert verdict.denied == "ToolRuleDenied: limits/big (EvaluationError: NoMatchingOverload)"
     assert verdict.evaluations[0].result == "error"
 
 
-def test_require_approval_and_its_error_both_require_approval() -> None:
+async def test_require_approval_and_its_error_both_require_approval() -> None:
     gov = governed(rule("big", "args.amount > 100", "RequireApproval"))
-    assert decide(gov, 500).approval == ApprovalRule("AgentPolicy limits toolRule big")
-    assert decide(gov, 500).notes == ("ToolRuleApproval: limits/big",)
-    assert decide(gov, 50).approval is None
-    assert decide(gov, None).approval is not None  # null > 100: an error, fail closed
+    assert (await decide(gov, 500)).approval == ApprovalRule("AgentPolicy limits toolRule big")
+    assert (await decide(gov, 500)).notes == ("ToolRuleApproval: limits/big",)
+    assert (await decide(gov, 50)).approval is None
+    assert (await decide(gov, None)).approval is not None  # null > 100: an error, fail closed
 
 
-def test_audit_only_notes() -> None:
+async def test_audit_only_notes() -> None:
     gov = governed(rule("big", "args.amount > 100", mode="Audit"))
-    verdict = decide(gov, 500)
+    verdict = await decide(gov, 500)
     assert verdict.denied is None and verdict.approval is None
     assert verdict.notes == ("ToolRuleAudit: limits/big would Deny",)
-    assert decide(gov, "x").notes == (
+    assert (await decide(gov, "x")).notes == (
         "ToolRuleAudit: limits/big would Deny (EvaluationError: NoMatchingOverload)",
     )
 
 
-def test_rules_of_the_start_time_governance_still_apply_after_a_re_read() -> None:
+async def test_rules_of_the_start_time_governance_still_apply_after_a_re_read() -> None:
     start = governed(rule("big", "args.amount > 100"))
     fresh = Governance(candidate_tools=frozenset({"pay"}), within=start)
-    assert decide(fresh, 500).denied == "ToolRuleDenied: limits/big"
+    assert (await decide(fresh, 500)).denied == "ToolRuleDenied: limits/big"
 
 
-def test_memory_tools_are_named_as_in_blocked_tools() -> None:
+async def test_memory_tools_are_named_as_in_blocked_tools() -> None:
     gov = governed(rule("no-secrets", "args.key.startsWith('secret')", tools=["memory.write"]))
-    verdict = check(
+    verdict = await check(
         gov, ("memory.write", "memory_write"), {"key": "secret/x"}, RuleSubject(), 1, Usage()
     )
     assert verdict.denied == "ToolRuleDenied: limits/no-secrets"
 
 
-def test_the_rule_sees_the_agent_and_the_task() -> None:
+async def test_the_rule_sees_the_agent_and_the_task() -> None:
     gov = governed(rule("team", "'team' in agent.labels && task.name == 't'"))
     subject = RuleSubject("a", {"team": "ops"}, "t", {})
-    assert check(gov, ("pay",), {}, subject, 1, Usage()).denied is not None
-    assert check(gov, ("pay",), {}, RuleSubject("a", {}, "t", {}), 1, Usage()).denied is None
+    assert (await check(gov, ("pay",), {}, subject, 1, Usage())).denied is not None
+    assert (
+        await check(gov, ("pay",), {}, RuleSubject("a", {}, "t", {}), 1, Usage())
+    ).denied is None
+
+
+async def test_a_rule_over_the_on_loop_budget_is_evaluated_off_the_loop_in_full() -> None:
+    # 200 items cost about 3,400 units: over ON_LOOP_BUDGET, within EVAL_BUDGET
+    gov = governed(rule("all-positive", "args.l.all(x, x >= 0)"))
+    items = list(range(200))
+    assert count_values({"l": items}) <= ON_LOOP_VALUES
+    with pytest.raises(EvaluationError, match="CostLimitExceeded"):
+        evaluate(gov.tool_rules[0].rule.program, {"args": {"l": items}}, ON_LOOP_BUDGET)
+    verdict = await check(gov, ("pay",), {"l": items}, RuleSubject(), 1, Usage())
+    assert verdict.denied == "ToolRuleDenied: limits/all-positive"  # matched, not an error
+    assert verdict.evaluations[0].result == "matched"
+
+
+async def test_rules_share_the_on_loop_budget_and_the_rest_finish_off_the_loop() -> None:
+    # each rule costs a few hundred units: together over ON_LOOP_BUDGET
+    rules = [rule(f"r{i}", f"args.l.exists(x, x == {i})", mode="Audit") for i in range(6)]
+    gov = governed(*rules)
+    verdict = await check(gov, ("pay",), {"l": list(range(3, 40))}, RuleSubject(), 1, Usage())
+    assert [e.result for e in verdict.evaluations] == ["notMatched"] * 3 + ["matched"] * 3
+
+
+async def test_large_arguments_are_evaluated_off_the_loop() -> None:
+    gov = governed(rule("many", "size(args.l) > 600"), rule("any-7", "7 in args.l", mode="Audit"))
+    verdict = await check(gov, ("pay",), {"l": list(range(1000))}, RuleSubject(), 1, Usage())
+    assert [e.result for e in verdict.evaluations] == ["matched"]  # the Deny decided
+    assert verdict.denied == "ToolRuleDenied: limits/many"
+    verdict = await check(gov, ("pay",), {"l": list(range(500))}, RuleSubject(), 1, Usage())
+    assert verdict.notes == ("ToolRuleAudit: limits/any-7 would Deny",)
 
 
 # --------------------------------------------------------------------------------------

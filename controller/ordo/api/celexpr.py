@@ -184,7 +184,9 @@ def compile_expression(source: str) -> Program:
     return Program(source, tree)
 
 
-class _Meter:
+class Meter:
+    """A cost budget; one may be shared by several evaluations (their total is bounded)."""
+
     __slots__ = ("left",)
 
     def __init__(self, budget: int) -> None:
@@ -200,7 +202,7 @@ class _MeteredEvaluator(Evaluator):
     """celpy's interpreter with every node visit charged to a shared meter (macro bodies
     included: they run in sub-evaluators that share it)."""
 
-    def __init__(self, ast: Tree, activation: Activation, meter: _Meter) -> None:
+    def __init__(self, ast: Tree, activation: Activation, meter: Meter) -> None:
         super().__init__(ast, activation)
         self.meter = meter
 
@@ -228,21 +230,6 @@ def _error_kind(exc: BaseException) -> str:
     return "EvaluationFailed"
 
 
-def _check_input(values: Any) -> None:
-    """At most MAX_INPUT_VALUES values in all, counted without recursion."""
-    stack = list(values)
-    seen = 0
-    while stack:
-        value = stack.pop()
-        seen += 1
-        if seen > MAX_INPUT_VALUES:
-            raise EvaluationError("ArgumentsTooLarge")
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-
-
 def _to_cel(value: Any) -> Any:
     """A JSON value as a CEL value: JSON integers are `int`, other numbers `double` (compare
     with `double(args.x) > 1.5` when a model may send either)."""
@@ -263,15 +250,48 @@ def _to_cel(value: Any) -> Any:
     raise EvaluationError("UnsupportedValue")
 
 
-def evaluate(program: Program, variables: Mapping[str, Any], budget: int = EVAL_BUDGET) -> bool:
-    """The value of `program` over `variables` (plain JSON-like Python values). Raises
-    EvaluationError for anything but a bool result within `budget`."""
+def count_values(variables: Mapping[str, Any], limit: int = MAX_INPUT_VALUES) -> int:
+    """How many values `variables` hold (lists, maps and scalars), counting stops past
+    `limit`; without recursion."""
+    stack = list(variables.values())
+    seen = 0
+    while stack and seen <= limit:
+        value = stack.pop()
+        seen += 1
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return seen
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """Variables converted to CEL values once, for every rule of a call."""
+
+    values: dict[str, Any]
+
+
+def prepare(variables: Mapping[str, Any]) -> Inputs:
+    """`variables` (plain JSON-like values) as CEL values; EvaluationError
+    (`ArgumentsTooLarge`) past MAX_INPUT_VALUES."""
+    if count_values(variables) > MAX_INPUT_VALUES:
+        raise EvaluationError("ArgumentsTooLarge")
+    return Inputs({name: _to_cel(value) for name, value in variables.items()})
+
+
+def evaluate(
+    program: Program, variables: Mapping[str, Any] | Inputs, budget: int | Meter = EVAL_BUDGET
+) -> bool:
+    """The value of `program` over `variables` (plain values, or `prepare`d ones). Raises
+    EvaluationError for anything but a bool result within `budget` (units, or a Meter that
+    other evaluations share)."""
+    inputs = variables if isinstance(variables, Inputs) else prepare(variables)
     activation = Activation(annotations=_ENV.annotations, package=_ENV.package)
-    evaluator = _MeteredEvaluator(program.tree, activation, _Meter(budget))
-    _check_input(variables.values())
-    context = {name: _to_cel(value) for name, value in variables.items()}
+    meter = budget if isinstance(budget, Meter) else Meter(budget)
+    evaluator = _MeteredEvaluator(program.tree, activation, meter)
     try:
-        value = evaluator.evaluate(context)
+        value = evaluator.evaluate(dict(inputs.values))
     except EvaluationError:
         raise
     except CELEvalError as exc:

@@ -117,7 +117,7 @@ async def screen_call(
         return _refuse(
             call, step, "rejected", "InvalidArguments", f"error: invalid arguments: {problem}"
         )
-    verdict = toolrules.check(
+    verdict = await toolrules.check(
         config.governance,
         _rule_names(binding),
         call.arguments,

@@ -18,6 +18,10 @@ spent (api/celexpr.py); its kind (`NoSuchField`, `NoMatchingOverload`, `CostLimi
 `ToolRuleDenied: <policy>/<rule>` (a denial) or, appended to an allowed call's reason after
 `; `, as `ToolRuleApproval: <policy>/<rule>` and `ToolRuleAudit: <policy>/<rule> would
 <action>`; every evaluation is an event (`ToolRuleEvaluated`, counted in a metric).
+
+Evaluation holds the event loop for little: small inputs are evaluated on it within
+ON_LOOP_BUDGET shared by the call's rules, the rest in a thread (engine/offloop.py) with the
+full budget each, within RULES_SECONDS (past it: `Timeout`, fail closed).
 """
 
 from __future__ import annotations
@@ -26,13 +30,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..api.celexpr import EvaluationError, evaluate
+from ..api.celexpr import (
+    EVAL_BUDGET,
+    EvaluationError,
+    Inputs,
+    Meter,
+    count_values,
+    evaluate,
+    prepare,
+)
 from .governance import ApprovalRule, BoundRule, Governance
+from .offloop import OffLoop
 from .transcript import Usage
 
 __all__ = ["RuleEvaluation", "RuleSubject", "RuleVerdict", "applicable", "check"]
 
 RuleResult = Literal["matched", "notMatched", "error"]
+
+ON_LOOP_VALUES = 500
+"""Calls whose rule variables hold more values are converted and evaluated off the loop."""
+ON_LOOP_BUDGET = 1_000
+"""Cost units all the rules of one call may spend together on the event loop (tens of ms at
+most, bench/celrules.py); the rule that runs out, and those after it, are evaluated off the
+loop, each with the full budget (api/celexpr.py)."""
+RULES_SECONDS = 5.0
+"""Deadline of the off-loop evaluation of one call's rules, waiting for a thread included;
+past it the rules count as failed (fail closed)."""
+_OFF_LOOP = OffLoop("ordo-toolrules", threads=2, seconds=RULES_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +128,78 @@ def variables(
     }
 
 
-def check(
+Outcome = tuple[bool, str | None] | None
+"""A rule's result: (matched, the evaluation error's kind; an error counts as a match), or None
+when an earlier enforced Deny decided the call and the rule was not evaluated."""
+
+
+def _decides(bound: BoundRule, outcome: Outcome) -> bool:
+    return (
+        outcome is not None
+        and outcome[0]
+        and bound.rule.mode == "Enforce"
+        and (bound.rule.action == "Deny")
+    )
+
+
+def _outcomes_here(
+    rules: list[BoundRule], values: dict[str, Any], budget: int | Meter
+) -> list[Outcome]:
+    """The rules' outcomes, evaluated in this thread (the variables converted once), up to
+    the first enforced Deny that matches; with a shared Meter, also up to the first rule that
+    runs out of it (its outcome and the later ones stay None)."""
+    out: list[Outcome] = [None] * len(rules)
+    inputs: Inputs | str
+    try:
+        inputs = prepare(values)
+    except EvaluationError as exc:
+        inputs = str(exc)  # every rule fails with it (fail closed)
+    for i, bound in enumerate(rules):
+        if isinstance(inputs, str):
+            out[i] = (True, inputs)
+        else:
+            try:
+                out[i] = (evaluate(bound.rule.program, inputs, budget), None)
+            except EvaluationError as exc:
+                if isinstance(budget, Meter) and budget.left < 0:
+                    break  # the shared on-loop budget is spent: the rest goes off the loop
+                out[i] = (True, str(exc))
+        if _decides(bound, out[i]):
+            break
+    return out
+
+
+async def _outcomes(rules: list[BoundRule], values: dict[str, Any]) -> list[Outcome]:
+    """On the event loop within ON_LOOP_BUDGET (shared by the rules) when the input is small;
+    else, or from the rule that runs out of it, off the loop (engine/offloop.py) with the full
+    budget each, within RULES_SECONDS."""
+    if count_values(values, ON_LOOP_VALUES) > ON_LOOP_VALUES:
+        return await _off_loop(rules, values)
+    here = _outcomes_here(rules, values, Meter(ON_LOOP_BUDGET))
+    first = _unfinished(rules, here)
+    if first is None:
+        return here
+    return here[:first] + await _off_loop(rules[first:], values)
+
+
+def _unfinished(rules: list[BoundRule], outcomes: list[Outcome]) -> int | None:
+    """The first rule left unevaluated although no Deny before it decided, if any."""
+    for i, (bound, outcome) in enumerate(zip(rules, outcomes, strict=True)):
+        if outcome is None:
+            return i
+        if _decides(bound, outcome):
+            return None
+    return None
+
+
+async def _off_loop(rules: list[BoundRule], values: dict[str, Any]) -> list[Outcome]:
+    try:
+        return await _OFF_LOOP.run(lambda _stop: _outcomes_here(rules, values, EVAL_BUDGET))
+    except TimeoutError:
+        return [(True, "Timeout")] * len(rules)
+
+
+async def check(
     gov: Governance,
     names: tuple[str, ...],
     arguments: dict[str, Any],
@@ -112,21 +207,19 @@ def check(
     step: int,
     usage: Usage,
 ) -> RuleVerdict:
-    """Evaluate the rules that apply to a call of the tool spelled `names`."""
+    """Evaluate the rules that apply to a call of the tool spelled `names`, in order, until
+    an enforced Deny decides (the rules after it are not evaluated, nor counted)."""
     rules = applicable(gov, names)
     if not rules:
         return RuleVerdict()
-    values = variables(arguments, subject, step, usage)
+    outcomes = await _outcomes(rules, variables(arguments, subject, step, usage))
     notes: list[str] = []
     evaluations: list[RuleEvaluation] = []
     approval: ApprovalRule | None = None
-    for bound in rules:
+    for bound, outcome in zip(rules, outcomes, strict=True):
+        assert outcome is not None  # only rules after a deciding Deny are unevaluated
+        matched, error = outcome
         rule = bound.rule
-        error: str | None = None
-        try:
-            matched = evaluate(rule.program, values)
-        except EvaluationError as exc:
-            matched, error = True, str(exc)  # fail closed: an error counts as a match
         result: RuleResult = "error" if error else ("matched" if matched else "notMatched")
         evaluations.append(RuleEvaluation(bound.policy, rule.name, rule.action, rule.mode, result))
         if not matched:
