@@ -1,6 +1,7 @@
 """AgentPolicy toolRules with the operator as a subprocess (issue 26 §6): a deny and an allow
 of the same tool in one Task and an Audit rule (the tool server sees only the allowed call;
-status, Events and the metric name the rules, never an argument value); a rule that does not
+status, Events and the metric name the rules, never an argument value); a RequireApproval rule
+parks the call for a ToolApproval and it then runs once; a rule that does not
 compile makes the policy Ready=False and the Task fail PolicyUnavailable before any tool call;
 the API server refuses duplicate rule names and an unknown action."""
 
@@ -17,6 +18,7 @@ from tests.support.operator import (
     apply,
     doc,
     events,
+    get_json,
     ready_condition,
     wait_for,
     wait_task,
@@ -32,12 +34,17 @@ def rule(name: str, when: str, action: str = "Deny", **kw: Any) -> dict[str, Any
     return {"name": name, "tools": ["pay"], "when": when, "action": action, **kw}
 
 
-def setup(cp: ControlPlane, ns: str, tool_url: str, rules: list[dict[str, Any]]) -> None:
-    turns = [
-        {"toolCalls": [{"tool": "pay", "arguments": {"amount": CANARY}}]},
-        {"toolCalls": [{"tool": "pay", "arguments": {"amount": 50}}]},
-        {"text": "paid the small one"},
+def setup(
+    cp: ControlPlane,
+    ns: str,
+    tool_url: str,
+    rules: list[dict[str, Any]],
+    amounts: tuple[int, ...] = (CANARY, 50),
+) -> None:
+    turns: list[dict[str, Any]] = [
+        {"toolCalls": [{"tool": "pay", "arguments": {"amount": amount}}]} for amount in amounts
     ]
+    turns.append({"text": "paid"})
     for manifest in (
         doc("ModelEndpoint", "model", {"provider": "mock", "mock": {"turns": turns}}),
         doc(
@@ -101,6 +108,34 @@ def test_a_deny_and_an_allow_of_the_same_tool_and_an_audit_rule(
         "review-over-10:matched": 1.0,
     }
     assert str(CANARY) not in operator.metrics()
+
+
+def test_a_require_approval_rule_parks_the_call_until_a_tool_approval(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    rules = [rule("over-100", "args.amount > 100", "RequireApproval")]
+    with CountingTool() as tool:
+        setup(control_plane, namespace, tool.url, rules, amounts=(CANARY,))
+        apply(control_plane, namespace, doc("Task", "pay", {"agentRef": "payer", "input": "pay"}))
+
+        def parked() -> list[dict[str, Any]] | None:
+            task = get_json(control_plane, "task", "pay", "-n", namespace)
+            pending: list[dict[str, Any]] = (task.get("status") or {}).get("pendingApprovals") or []
+            return pending or None
+
+        (pending,) = wait_for(parked, what="the call to wait for approval")
+        assert pending["tool"] == "pay" and tool.count == 0
+        approval = {"taskRef": "pay", "callId": pending["callId"], "decision": "Approve"}
+        apply(control_plane, namespace, doc("ToolApproval", "ok", approval))
+        status = wait_task(control_plane, namespace, "pay")["status"]
+        assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
+        assert [c["body"] for c in tool.calls] == [{"amount": CANARY}]  # once, after approval
+    (record,) = status["toolCalls"]
+    assert (record["decision"], record["reason"], record["outcome"]) == (
+        "allowed",
+        "Approved: ok; ToolRuleApproval: limits/over-100",
+        "succeeded",
+    )
 
 
 def test_a_rule_that_does_not_compile_fails_closed(
