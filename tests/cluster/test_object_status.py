@@ -204,7 +204,10 @@ def test_every_kind_reports_ready(
 
     # The Agent names its ModelEndpoint's missing Secret, then the missing key.
     agent = wait_ready(cp, ns, "agent", "analyst", "False", "SecretNotFound")
-    assert agent["message"] == "ModelEndpoint/keyed: Secret 'model-key' not found"
+    assert agent["message"] == (
+        "ModelEndpoint/keyed: Secret 'model-key' not found or is not labelled "
+        "ordo.dev/credential=true"
+    )
     apply(cp, ns, secret("model-key", other=CANARY))
     agent = wait_for(
         lambda: "no key" in (c := ready(cp, ns, "agent", "analyst")).get("message", "") and c,
