@@ -690,6 +690,7 @@ def test_chart_optional_objects_equal_the_kustomize_components(tmp_path: Path) -
         "OrdoTaskFailureRatioHigh",
         "OrdoModelErrorRatioHigh",
         "OrdoTasksPendingTooLong",
+        "OrdoCheckpointUntrusted",
         "OrdoOperatorDown",
     ]
     user_roles = kustomize_build(MANIFESTS / "components" / "user-roles")

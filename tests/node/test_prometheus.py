@@ -278,6 +278,7 @@ def test_prometheus_scrapes_the_operator(
             "OrdoTaskFailureRatioHigh",
             "OrdoModelErrorRatioHigh",
             "OrdoTasksPendingTooLong",
+            "OrdoCheckpointUntrusted",
             "OrdoOperatorDown",
         }
         assert all(r["health"] == "ok" for r in rules), rules

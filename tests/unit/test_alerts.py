@@ -36,6 +36,7 @@ ALERTS = (
     "OrdoTaskFailureRatioHigh",
     "OrdoModelErrorRatioHigh",
     "OrdoTasksPendingTooLong",
+    "OrdoCheckpointUntrusted",
     "OrdoOperatorDown",
 )
 
