@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -132,6 +133,12 @@ def test_job_manifest_is_owned_by_the_task_and_runs_the_claim() -> None:
     args = parser.parse_args(container["command"][2:])
     assert (args.namespace, args.name, args.execution_id) == ("team-a", "research", "abc123")
     assert args.lease_seconds == SETTINGS.lease_seconds
+    assert args.credential_policy == SETTINGS.credential_policy == "Enforce"
+    warn = build_job(
+        task, _agent(), "abc123", replace(SETTINGS, credential_policy="Warn"), remaining_timeout=300
+    )
+    command = warn["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert parser.parse_args(command[2:]).credential_policy == "Warn"  # the pod reads Secrets
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["HOME"]["value"] == "/tmp"
