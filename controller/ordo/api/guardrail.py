@@ -63,7 +63,9 @@ class HttpGuardrail(OrdoModel):
     headers: HeaderMap | None = None
     """Extra request headers (no secrets here: use secretRef)."""
     secret_ref: SecretKeyRef | None = None
-    """Secret key sent as `Authorization: Bearer <value>`."""
+    """Secret key sent as `Authorization: Bearer <value>`. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the URL's host (docs/security.md#secrets)."""
     timeout: PositiveDuration = "5s"
     """Deadline of one check; reaching it denies."""
     allow_private_network: bool = False

@@ -31,7 +31,9 @@ class MemorySpec(OrdoModel):
     ) = None
     """Connection URL without the password, e.g. redis://redis:6379/0 or postgresql://ordo@pg/ordo."""
     secret_ref: SecretKeyRef | None = None
-    """Secret key holding the password."""
+    """Secret key holding the password. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the URL's host (docs/security.md#secrets)."""
     prefix: (
         Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-a-zA-Z0-9_.:/]+$")] | None
     ) = None

@@ -26,7 +26,9 @@ class Credentials(OrdoModel):
     """Where the API key comes from."""
 
     secret_ref: SecretKeyRef
-    """The Secret key holding the API key."""
+    """The Secret key holding the API key. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the host of baseUrl (or of the provider's default) (docs/security.md#secrets)."""
 
 
 class ModelOptions(OrdoModel):

@@ -64,7 +64,9 @@ class HttpTool(OrdoModel):
     headers: HeaderMap | None = None
     """Extra request headers (no secrets here: use secretRef)."""
     secret_ref: SecretKeyRef | None = None
-    """Secret key whose value is sent in the auth header."""
+    """Secret key whose value is sent in the auth header. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the URL's host (docs/security.md#secrets)."""
     auth_header: Annotated[str, Field(min_length=1, max_length=256)] = "Authorization"
     """Header that carries the secret."""
     auth_scheme: Annotated[str, Field(max_length=64)] = "Bearer"
@@ -83,7 +85,9 @@ class McpTool(OrdoModel):
     headers: HeaderMap | None = None
     """Extra request headers."""
     secret_ref: SecretKeyRef | None = None
-    """Secret key sent as `Authorization: Bearer <value>`."""
+    """Secret key sent as `Authorization: Bearer <value>`. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the URL's host (docs/security.md#secrets)."""
 
 
 class MockToolResult(OrdoModel):
