@@ -36,7 +36,13 @@ spec: {{modelRef: m}}
 
 
 def admission_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return of_kind(docs, POLICY, BINDING)
+    """The reserved-labels policy and its binding (the chart has other admission policies:
+    tests/cluster/test_approval_admission.py)."""
+    return [
+        d
+        for d in of_kind(docs, POLICY, BINDING)
+        if d["metadata"]["name"].endswith("reserved-policy-labels")
+    ]
 
 
 def test_rendered_with_a_cluster_wide_install_only_by_default(tmp_path: Path) -> None:

@@ -216,3 +216,55 @@ def test_rejected_and_timed_out_calls_never_run(
         assert (status["phase"], status["reason"]) == ("Failed", "ApprovalTimedOut"), status
         assert tool.count == 0
         assert_no_canary(cp, ns, "rejected", operator)
+
+
+def accepted(cp: ControlPlane, ns: str, name: str) -> str | None:
+    status = get_json(cp, "toolapproval", name, "-n", ns).get("status") or {}
+    return next(
+        (c["reason"] for c in status.get("conditions", []) if c["type"] == "Accepted"), None
+    )
+
+
+def test_an_approval_by_a_second_account_for_changed_arguments_is_refused(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    cp, ns = control_plane, namespace
+    with CountingTool() as tool, OpenAIServer({"deploy it": script()}) as model:
+        setup(cp, ns, model.url + "/v1", tool.url)
+        apply(cp, ns, doc("Task", "gated", {"agentRef": "agent", "input": "deploy it"}))
+        task = wait_for(lambda: waiting(cp, ns, "gated"), 60, what="AwaitingApproval")
+        # Whoever may write ConfigMaps shows approvers other arguments, consistently digested.
+        other = {"target": "harmless"}
+        forged = [
+            {
+                "callId": "call_1",
+                "tool": "deploy",
+                "arguments": other,
+                "argsDigest": args_digest(other),
+            }
+        ]
+        patch = json.dumps({"data": {"calls.json": json.dumps(forged)}})
+        published = f"ordo-approval-{task['metadata']['uid']}"
+        cp.kubectl("patch", "configmap", published, "-n", ns, "--type=merge", "-p", patch)
+
+        cp.kubectl("create", "serviceaccount", "approver", "-n", ns)
+        cp.kubectl("apply", "-n", ns, "-f", "-", input=APPROVER_RULES)
+        approver = cp.service_account_kubeconfig(ns, "approver", create=False)
+        assert "harmless" in ordo(cp, approver, "approvals", "gated", "-n", ns).stdout
+        done = ordo(cp, approver, "approve", "gated", "call_1", "-n", ns)
+        assert done.returncode == 0, done.stderr
+        name = done.stdout.split()[0].removeprefix("toolapproval/")
+
+        # The operator binds the approval to the arguments the call will run with: refused.
+        wait_for(lambda: accepted(cp, ns, name) == "DigestMismatch", 60, what="DigestMismatch")
+        assert waiting(cp, ns, "gated") is not None and tool.count == 0
+        # The run published the real arguments again; approving those runs the call once.
+        listing = ordo(cp, approver, "approvals", "gated", "-n", ns)
+        assert ARGUMENT_CANARY in listing.stdout and "harmless" not in listing.stdout
+        done = ordo(cp, approver, "approve", "gated", "call_1", "-n", ns)
+        assert done.returncode == 0, done.stderr
+        status = wait_task(cp, ns, "gated")["status"]
+        assert (status["phase"], tool.count) == ("Succeeded", 1)
+        (record,) = [r for r in status["toolCalls"] if r.get("callId") == "call_1"]
+        assert record["approvedBy"] == [f"system:serviceaccount:{ns}:approver"]
+        assert accepted(cp, ns, name) == "DigestMismatch"

@@ -585,6 +585,9 @@ def _grl(type_: str, **settings: Any) -> dict[str, Any]:
     return {**GRL, "spec": {"type": type_, "points": ["input"], **settings}}
 
 
+TA = {"apiVersion": "ordo.dev/v1alpha1", "kind": "ToolApproval", "metadata": {"name": "a"}}
+TA_SPEC = {"taskRef": "t", "callId": "call_1"}
+TA_WHO = {"argsDigest": "sha256:" + "0" * 64, "approvedBy": "alice"}
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "self.type != 'pattern' || has(self.pattern)": (
         [_grl("pattern", pattern=GRL_PATTERN), _grl("http", http=GRL_HTTP)],
@@ -717,6 +720,18 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "size(self.metadata.name) <= 64": (
         [{**TOOL, "metadata": {"name": "x" * 64}, "spec": {"type": "mock"}}],
         [{**TOOL, "metadata": {"name": "x" * 65}, "spec": {"type": "mock"}}],
+    ),
+    "self.decision != 'Approve' || (has(self.argsDigest) && has(self.approvedBy))": (
+        [
+            {**TA, "spec": {**TA_SPEC, "decision": "Approve", **TA_WHO}},
+            {**TA, "spec": {**TA_SPEC, "decision": "Reject"}},
+            {**TA, "spec": {**TA_SPEC, "decision": "Reject", **TA_WHO}},
+        ],
+        [
+            {**TA, "spec": {**TA_SPEC, "decision": "Approve"}},
+            {**TA, "spec": {**TA_SPEC, "decision": "Approve", "argsDigest": TA_WHO["argsDigest"]}},
+            {**TA, "spec": {**TA_SPEC, "decision": "Approve", "approvedBy": "alice"}},
+        ],
     ),
     "oldSelf.hasValue() || !self.metadata.name.startsWith('memory.')": (
         [

@@ -24,7 +24,14 @@ TOOL_APPROVAL = {
     "apiVersion": "ordo.dev/v1alpha1",
     "kind": "ToolApproval",
     "metadata": {"name": "approve-lookup", "namespace": "default"},
-    "spec": {"taskRef": "research", "callId": "call_1", "decision": "Approve", "reason": "ok"},
+    "spec": {
+        "taskRef": "research",
+        "callId": "call_1",
+        "decision": "Approve",
+        "argsDigest": "sha256:" + "0" * 64,
+        "approvedBy": "alice@example.com",
+        "reason": "ok",
+    },
 }
 BODIES = [d.body for d in _DOCS if not manifests.is_secret(d.body)] + [TOOL_APPROVAL]
 

@@ -15,6 +15,7 @@ from ordo.api.manifests import load
 from ordo.cli.local import run_tasks
 from ordo.cli.localapproval import NO_TERMINAL, LocalApprover, mode_for
 from ordo.cli.main import main
+from ordo.engine.approvals import args_digest
 from support.engine_fakes import agent, mock_endpoint, mock_tool, task_body, turn_calls
 
 DEPLOY = {"env": "prod-canary-31"}
@@ -90,6 +91,7 @@ async def test_the_prompt_shows_the_arguments_and_takes_y_or_n(
     assert outcome.phase == phase
     (question,) = asked
     assert "deploy" in question and DEPLOY["env"] in question and "[y/N]" in question
+    assert f"digest: {args_digest(DEPLOY)}" in question  # as `ordo approvals` shows it
 
 
 @pytest.mark.parametrize("decide", ["--approve-all", "--reject-all", None])

@@ -32,6 +32,8 @@ from ordo.operator.telemetry.metrics import Metrics
 BORN = 1_800_000_000.0
 """The Task's creationTimestamp (whole seconds, as the API server writes it)."""
 DEADLINE = BORN + 600
+ARGS = {"target": "prod"}
+DIGEST = engine.args_digest(ARGS)
 
 
 def ts(at: float) -> str:
@@ -63,16 +65,26 @@ def task(
 
 
 def approval(
-    name: str, decision: str = "Approve", *, at: float | None = BORN + 10, call: str = "c1"
+    name: str,
+    decision: str = "Approve",
+    *,
+    at: float | None = BORN + 10,
+    call: str = "c1",
+    by: str | None = None,
+    digest: str = DIGEST,
 ) -> dict[str, Any]:
+    """A ToolApproval of the call's arguments (`ARGS`), approved by `by` (default: a person
+    named as the object)."""
     meta: dict[str, Any] = {"name": name, "namespace": "ns"}
     if at is not None:
         meta["creationTimestamp"] = ts(at)
+    spec = {"taskRef": "t", "callId": call, "decision": decision, "reason": "r"}
+    spec.update(argsDigest=digest, approvedBy=by or f"user-{name}")
     return {
         "apiVersion": "ordo.dev/v1alpha1",
         "kind": "ToolApproval",
         "metadata": meta,
-        "spec": {"taskRef": "t", "callId": call, "decision": decision, "reason": "r"},
+        "spec": spec,
     }
 
 

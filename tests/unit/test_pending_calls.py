@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import kopf
 import pytest
 
-from ordo.cli.approvals import list_calls
+from ordo.cli.approvals import Refused, decide, list_calls
 from ordo.engine.approvals import PendingApproval, args_digest
 from ordo.engine.state import RunState
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
@@ -21,6 +22,7 @@ from ordo.operator.kube.client import KubeClient
 from ordo.operator.tasks import pendingcalls, taskstatus
 
 UID = "uid-1"
+T = TypeVar("T")
 CANARY = "transcript-canary-3b9"
 
 
@@ -39,8 +41,19 @@ class ConfigMaps:
         self.objects[body["metadata"]["name"]] = body
         return body
 
+    user: str | None = "system:serviceaccount:ns:approver"
+    created: list[dict[str, Any]]
+
     def __call__(self, request: httpx.Request) -> httpx.Response:
         parts = request.url.path.rstrip("/").split("/")
+        if "selfsubjectreviews" in parts:
+            review = {"status": {"userInfo": {"username": self.user}}} if self.user else {}
+            return httpx.Response(201, json=review) if self.user is not None else _status(403)
+        if "toolapprovals" in parts:
+            body = json.loads(request.content)
+            body["metadata"]["name"] = body["metadata"]["generateName"] + "x1"
+            self.created = [*getattr(self, "created", []), body]
+            return httpx.Response(201, json=body)
         if "tasks" in parts:
             task = self.tasks.get(parts[-1])
             return httpx.Response(200, json=task) if task else _status(404)
@@ -173,25 +186,29 @@ async def test_published_owned_labelled_replaced_and_withdrawn() -> None:
 
 
 async def published_api(state: RunState, execution: str = "exec-1") -> ConfigMaps:
+    """The API after a run of execution `execution` parked on `state` (the Task names
+    exec-1 as its execution)."""
     api = ConfigMaps()
-    client = client_for(api)
-    await pendingcalls.publish(client, task(), execution, state)
-    await client.close()
+    await calling(api, lambda client: pendingcalls.publish(client, task(), execution, state))
+    api.tasks["t"] = parked(state)
     return api
 
 
-async def listing(api: ConfigMaps) -> list[dict[str, Any]]:
+async def calling(api: ConfigMaps, use: Callable[[KubeClient], Awaitable[T]]) -> T:
     client = client_for(api)
     try:
-        return await list_calls(client, "ns", "t")
+        return await use(client)
     finally:
         await client.close()
+
+
+async def listing(api: ConfigMaps) -> list[dict[str, Any]]:
+    return await calling(api, lambda client: list_calls(client, "ns", "t"))
 
 
 async def test_ordo_approvals_shows_the_arguments_and_their_digest() -> None:
     state = waiting_state(c1={"target": "prod"})
     api = await published_api(state)
-    api.tasks["t"] = parked(state)
     (shown,) = await listing(api)
     assert shown == {
         "callId": "c1",
@@ -206,7 +223,6 @@ async def test_ordo_approvals_shows_the_arguments_and_their_digest() -> None:
 async def test_a_forged_publication_is_refused() -> None:
     state = waiting_state(c1={"target": "staging"})
     api = await published_api(state)
-    api.tasks["t"] = parked(state)
     stored = api.objects[f"ordo-approval-{UID}"]
     (call,) = json.loads(stored["data"]["calls.json"])
     call["arguments"] = {"target": "prod"}  # other arguments under the original digest
@@ -219,7 +235,6 @@ async def test_a_forged_publication_is_refused() -> None:
 async def test_a_publication_of_another_execution_is_not_shown() -> None:
     state = waiting_state(c1={"target": "prod"})
     api = await published_api(state, execution="stale")
-    api.tasks["t"] = parked(state, execution="exec-1")
     (shown,) = await listing(api)
     assert (
         "arguments" not in shown
@@ -233,7 +248,6 @@ async def test_a_publication_of_another_execution_is_not_shown() -> None:
 async def test_a_publication_that_does_not_parse_shows_no_arguments(data: str) -> None:
     state = waiting_state(c1={"target": "prod"})
     api = await published_api(state)
-    api.tasks["t"] = parked(state)
     api.objects[f"ordo-approval-{UID}"]["data"]["calls.json"] = data
     (shown,) = await listing(api)
     assert "arguments" not in shown and "does not parse" in shown["note"]
@@ -244,3 +258,55 @@ async def test_no_publication_no_arguments() -> None:
     api.tasks["t"] = parked(waiting_state(c1={}))
     (shown,) = await listing(api)
     assert "does not exist" in shown["note"] and "arguments" not in shown
+
+
+# -- ordo approve: bound to the published digest, named by the API server -----------------------
+
+
+async def approving(api: ConfigMaps, decision: str = "Approve", **kw: Any) -> dict[str, Any]:
+    created = await calling(
+        api, lambda client: decide(client, "ns", "t", "c1", decision, None, **kw)
+    )
+    return dict(created["spec"])
+
+
+async def test_approve_names_the_published_digest_and_the_caller() -> None:
+    state = waiting_state(c1={"target": "prod"})
+    api = await published_api(state)
+    spec = await approving(api)
+    assert spec == {
+        "taskRef": "t",
+        "callId": "c1",
+        "decision": "Approve",
+        "argsDigest": args_digest({"target": "prod"}),
+        "approvedBy": ConfigMaps.user,
+    }
+    # What the approver saw must still be what waits.
+    assert await approving(api, digest=args_digest({"target": "prod"}))
+    with pytest.raises(Refused, match="now has arguments with digest"):
+        await approving(api, digest=args_digest({"target": "staging"}))
+
+
+async def test_approve_refuses_a_forged_or_missing_publication() -> None:
+    state = waiting_state(c1={"target": "prod"})
+    api = await published_api(state)
+    stored = api.objects[f"ordo-approval-{UID}"]
+    (call,) = json.loads(stored["data"]["calls.json"])
+    stored["data"]["calls.json"] = json.dumps([{**call, "arguments": {"target": "x"}}])
+    with pytest.raises(Refused, match="not usable"):
+        await approving(api)
+    del api.objects[f"ordo-approval-{UID}"]
+    with pytest.raises(Refused, match="pass --digest"):
+        await approving(api)
+    # With the digest given (seen elsewhere), the operator checks it against the run's state.
+    assert (await approving(api, digest="sha256:" + "0" * 64))["argsDigest"] == "sha256:" + "0" * 64
+
+
+async def test_without_a_user_name_approve_is_refused_and_reject_goes_ahead() -> None:
+    state = waiting_state(c1={"target": "prod"})
+    api = await published_api(state)
+    api.user = None  # SelfSubjectReview forbidden
+    with pytest.raises(Refused, match="--approved-by"):
+        await approving(api)
+    assert "approvedBy" not in await approving(api, "Reject")
+    assert (await approving(api, approved_by="me"))["approvedBy"] == "me"

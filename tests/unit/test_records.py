@@ -154,6 +154,7 @@ def test_a_tool_call_record_is_shown_as_the_status_always_showed_it() -> None:
         "outcome": None,
         "callId": None,
         "error": None,
+        "approvedBy": None,
     }
     again = TaskStatus.model_validate(status_mod.to_patch(status))
     assert again.tool_calls == records

@@ -28,6 +28,7 @@ from .phases import Phase as Phase
 from .phases import RunPhase as RunPhase
 from .phases import TerminalPhase as TerminalPhase
 from .records import status_record
+from .toolapproval import MAX_APPROVER_CHARS, MAX_REQUIRED_APPROVALS
 from .usage import Usage as Usage
 
 ToolDecision = Literal["allowed", "denied", "rejected"]
@@ -35,6 +36,9 @@ ToolOutcome = Literal["succeeded", "error", "skipped", "interrupted"]
 
 MAX_OUTPUT_CHARS = 32768
 MAX_TOOL_CALL_RECORDS = 100
+REQUESTER_ANNOTATION = "ordo.dev/requested-by"
+"""Who created the Task: the chart's ValidatingAdmissionPolicy lets only the creating user set
+it (and nobody change it), so approvals can exclude the requester (docs/governance.md)."""
 
 
 class TaskLimits(OrdoModel):
@@ -139,6 +143,8 @@ class ToolCallRecord:
     bound to nothing."""
     builtin: bool = False
     """The name is a built-in tool's (`memory_<op>`), which no Tool object may have."""
+    approved_by: tuple[str, ...] = ()
+    """Who approved the call (ToolApprovals' `spec.approvedBy`, user names only)."""
     _given: frozenset[str] | None = field(default=None, init=False, compare=False, repr=False)
     """The status fields it was read with; None: ordo built it (api/records.py)."""
 
@@ -159,6 +165,8 @@ class ToolCallRecord:
             d["toolObject"] = self.tool_object
         if self.builtin:
             d["builtin"] = True
+        if self.approved_by:
+            d["approvedBy"] = list(self.approved_by)
         return d
 
     @classmethod
@@ -173,6 +181,7 @@ class ToolCallRecord:
             d.get("error"),
             d.get("toolObject"),
             bool(d.get("builtin", False)),
+            tuple(str(a) for a in d.get("approvedBy") or ()),
         )
 
     @classmethod
@@ -207,6 +216,15 @@ class _ToolCallFields(OrdoModel):
     error: Annotated[str, Field(max_length=128)] | None = None
     """Why an allowed call failed: the kind only, e.g. `HTTPStatus 503`, `ConnectError`,
     `Timeout` (never a URL, arguments or the response)."""
+    approved_by: (
+        Annotated[
+            list[Annotated[str, Field(max_length=MAX_APPROVER_CHARS)]],
+            Field(max_length=MAX_REQUIRED_APPROVALS),
+        ]
+        | None
+    ) = None
+    """Who approved the call: the `spec.approvedBy` of the ToolApprovals that counted (user
+    names as the API server authenticated them; see docs/governance.md)."""
 
 
 def _tool_call(f: _ToolCallFields) -> ToolCallRecord:
@@ -220,6 +238,7 @@ def _tool_call(f: _ToolCallFields) -> ToolCallRecord:
         f.error,
         f.tool_object,
         bool(f.builtin),
+        tuple(f.approved_by or ()),
     )
 
 
@@ -235,6 +254,7 @@ def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
         "outcome": r.outcome or None,
         "callId": r.call_id or None,
         "error": r.error or None,
+        "approvedBy": list(r.approved_by) or None,
     }
 
 
@@ -252,6 +272,10 @@ class PendingApprovalStatus(OrdoModel):
     """When the run stopped for it (RFC 3339)."""
     deadline: str | None = None
     """When it counts as rejected (`ApprovalTimedOut`) without a decision (RFC 3339)."""
+    required_approvals: Annotated[int, Field(ge=2, le=MAX_REQUIRED_APPROVALS)] | None = None
+    """Distinct approvers the call needs, when more than one."""
+    requester_excluded: bool | None = None
+    """`true`: the Task's requester (annotation `ordo.dev/requested-by`) cannot approve it."""
 
 
 MAX_PENDING_APPROVALS = 64

@@ -17,6 +17,7 @@ from .base import (
     StatusBase,
 )
 from .jsonschemas import user_schema
+from .toolapproval import MAX_REQUIRED_APPROVALS
 
 ToolType = Literal["http", "mcp", "mock"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
@@ -109,6 +110,14 @@ class ToolApprovalRequirement(OrdoModel):
     timeout: PositiveDuration | None = None
     """How long a call waits for a decision before it counts as rejected
     (`ApprovalTimedOut`); unset: the operator's `--approval-timeout` (default 24h)."""
+    required_approvals: Annotated[int, Field(ge=1, le=MAX_REQUIRED_APPROVALS)] = 1
+    """How many distinct people must approve each call (2: four eyes). One person counts once
+    however many ToolApprovals they create; any Reject still wins."""
+    exclude_requester: bool = False
+    """The Task's requester (its `ordo.dev/requested-by` annotation, which the chart's
+    admission policy ties to the creating user) cannot approve its calls; a Task without that
+    annotation then has no approver who counts (fail closed): its calls are rejected or time
+    out."""
 
 
 class ToolSpec(OrdoModel):

@@ -4,7 +4,10 @@
 read from the calls the operator publishes for approvers (operator/tasks/pendingcalls.py: a
 ConfigMap, under the caller's own RBAC; the chart's `approver` role may get ConfigMaps), never
 from the checkpoint; a call whose published digest does not match its published arguments is
-refused (shown as forged, without arguments). The arguments are never in the Task's status. `approve` / `reject` create a
+refused (shown as forged, without arguments). The arguments are never in the Task's status.
+`approve` binds the ToolApproval to that digest (`spec.argsDigest`) and names the caller as
+the API server knows them (`spec.approvedBy`, from a SelfSubjectReview; the chart's admission
+policy refuses any other name). `approve` / `reject` create a
 ToolApproval naming the Task and the call, as the caller: requesters and approvers can be
 different people. Also `kubectl ordo approvals|approve|reject`.
 """
@@ -55,6 +58,21 @@ def register(sub: Any) -> None:
         p.add_argument(
             "--reason", default=None, help="why, kept on the ToolApproval only (max 1024 chars)"
         )
+        p.add_argument(
+            "--approved-by",
+            metavar="USER",
+            default=None,
+            help="your user name as the API server knows it (default: asked with a "
+            "SelfSubjectReview); admission refuses any other",
+        )
+        if decision == "Approve":
+            p.add_argument(
+                "--digest",
+                metavar="DIGEST",
+                default=None,
+                help="the argsDigest `ordo approvals` showed you: refused if the call's "
+                "arguments have another (default: the published one)",
+            )
         p.set_defaults(func=run, action="decide", decision=decision)
 
 
@@ -92,6 +110,10 @@ def _shown(
         "step": p.step,
         "deadline": None if p.deadline == float("inf") else rfc3339(p.deadline),
     }
+    if p.approvals > 1:
+        shown["requiredApprovals"] = p.approvals
+    if p.requester_excluded:
+        shown["requesterExcluded"] = True
     if published is None:
         shown["note"] = note or "arguments unavailable: the call is not in the published calls"
     elif not published.verified or published.tool != p.tool:
@@ -116,22 +138,74 @@ async def decide(
     call_id: str,
     decision: str,
     reason: str | None,
+    *,
+    digest: str | None = None,
+    approved_by: str | None = None,
 ) -> dict[str, Any]:
+    """Create the ToolApproval. An Approve names the digest of the arguments published for the
+    call (`digest`, if given, must equal it: what the approver saw) and the caller's user
+    name (a SelfSubjectReview unless `approved_by` is given; admission checks it)."""
     task = await _task(kube, namespace, task_name)
     waiting = [p.call_id for p in pending_of(task)]
     if call_id not in waiting:
         shown = ", ".join(waiting) or "none"
         raise Refused(f"Task {task_name!r} does not wait for call {call_id!r} (waiting: {shown})")
+    spec: dict[str, Any] = {"taskRef": task_name, "callId": call_id, "decision": decision}
+    if decision == "Approve":
+        spec["argsDigest"] = await _approved_digest(kube, task, call_id, digest)
+    who = approved_by or await _username(kube, required=decision == "Approve")
+    if who:
+        spec["approvedBy"] = who
+    if reason:
+        spec["reason"] = reason[:1024]
     prefix = re.sub(r"[^a-z0-9-]", "-", f"{task_name}-{decision.lower()}-".lower())[:57]
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ToolApproval",
         "metadata": {"generateName": prefix},
-        "spec": {"taskRef": task_name, "callId": call_id, "decision": decision},
+        "spec": spec,
     }
-    if reason:
-        body["spec"]["reason"] = reason[:1024]
     return await kube.create("ToolApproval", namespace, body)
+
+
+async def _approved_digest(
+    kube: KubeClient, task: dict[str, Any], call_id: str, seen: str | None
+) -> str:
+    """The digest an Approve binds to: the published one (`seen`, if given, must match it), or
+    `seen` alone when the publication cannot be read (the operator checks it either way)."""
+    try:
+        published = (await pendingcalls.read(kube, task)).get(call_id)
+    except (ApiError, pendingcalls.Unavailable) as exc:
+        if seen:
+            return seen
+        raise Refused(
+            f"cannot approve call {call_id!r}: its published arguments are unavailable ({exc}); "
+            "pass --digest with the digest of the arguments you approve"
+        ) from None
+    if published is None or not published.verified or not published.digest:
+        raise Refused(f"cannot approve call {call_id!r}: its published arguments are not usable")
+    if seen and seen != published.digest:
+        raise Refused(
+            f"call {call_id!r} now has arguments with digest {published.digest}, not {seen}: "
+            "run `ordo approvals` again"
+        )
+    return published.digest
+
+
+async def _username(kube: KubeClient, *, required: bool) -> str:
+    """The caller's user name from the API server ("" if it cannot say and none is needed)."""
+    try:
+        name = await kube.username()
+    except ApiError as exc:
+        if not required:
+            return ""
+        raise Refused(
+            f"cannot learn your user name from the API server ({exc.status} {exc.api_reason}); "
+            "pass --approved-by with it"
+        ) from None
+    if not name and required:
+        raise Refused("the API server named no user for you; pass --approved-by")
+    return name
 
 
 async def _run(args: argparse.Namespace, info: kopf.ConnectionInfo, out: TextIO) -> int:
@@ -148,7 +222,9 @@ async def _run(args: argparse.Namespace, info: kopf.ConnectionInfo, out: TextIO)
             for c in calls if args.output == "text" else []:
                 print(
                     f"{c['callId']}  tool={c['tool']}  step={c['step']}  "
-                    f"deadline={c['deadline'] or 'none'}",
+                    f"deadline={c['deadline'] or 'none'}"
+                    + (f"  approvers={c['requiredApprovals']}" if "requiredApprovals" in c else "")
+                    + ("  not-the-requester" if c.get("requesterExcluded") else ""),
                     file=out,
                 )
                 if "argsDigest" in c:
@@ -160,7 +236,16 @@ async def _run(args: argparse.Namespace, info: kopf.ConnectionInfo, out: TextIO)
                 if "note" in c:
                     print(f"  ({c['note']})", file=out)
             return EXIT_REFUSED if any(c.get("forged") for c in calls) else EXIT_OK
-        created = await decide(kube, namespace, args.task, args.call_id, args.decision, args.reason)
+        created = await decide(
+            kube,
+            namespace,
+            args.task,
+            args.call_id,
+            args.decision,
+            args.reason,
+            digest=getattr(args, "digest", None),
+            approved_by=args.approved_by,
+        )
         print(f"toolapproval/{created['metadata']['name']} created", file=out)
         return EXIT_OK
     finally:

@@ -168,7 +168,8 @@ class Invocation:
             return self.stop.exit_code()
         # A signal while the create is in flight only sets `stop.requested`: the create ends,
         # and the Task it made is cancelled below (`_follow`), never left running unwatched.
-        created = await kube.create("Task", namespace, task_manifest(agent, self.text))
+        manifest = task_manifest(agent, self.text, await _requester(kube))
+        created = await kube.create("Task", namespace, manifest)
         name = str(created["metadata"]["name"])
         self.note(f"task/{name} created in namespace {namespace}")
         if not self.args.wait:
@@ -295,3 +296,14 @@ def run(args: argparse.Namespace) -> int:
     except ApiError as exc:
         print(f"error: Kubernetes API: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+async def _requester(kube: KubeClient) -> str:
+    """The caller's user name for the Task's requester annotation; "" when the API server
+    does not say (an older server, no permission): the Task is created without it."""
+    try:
+        return await kube.username()
+    except ApiError as exc:
+        if exc.status == 0:
+            raise
+        return ""

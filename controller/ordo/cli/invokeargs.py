@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from ..api import GROUP, VERSION
 from ..api.base import parse_duration
+from ..api.task import REQUESTER_ANNOTATION
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
@@ -142,13 +143,18 @@ def timeout_seconds(value: str | None) -> float | None:
     return seconds
 
 
-def task_manifest(agent: str, text: str | None) -> dict[str, Any]:
+def task_manifest(agent: str, text: str | None, requester: str = "") -> dict[str, Any]:
+    """The Task `ordo invoke` creates; `requester` (the caller's user name, if the API server
+    said) goes into the annotation approvals exclude the requester by (docs/governance.md)."""
     spec: dict[str, Any] = {"agentRef": agent}
     if text is not None:
         spec["input"] = text
+    metadata: dict[str, Any] = {"generateName": f"{agent[:MAX_PREFIX]}-"}
+    if requester:
+        metadata["annotations"] = {REQUESTER_ANNOTATION: requester}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Task",
-        "metadata": {"generateName": f"{agent[:MAX_PREFIX]}-"},
+        "metadata": metadata,
         "spec": spec,
     }

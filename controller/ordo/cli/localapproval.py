@@ -2,8 +2,11 @@
 on the terminal, or settled by `--approve-all` / `--reject-all`. Without a terminal and without
 either flag nobody can approve, so the call is rejected, and the reason says how to decide.
 
-The person running `ordo run` owns the run: the prompt shows the call's arguments (the
-operator never shows them anywhere but the access-controlled checkpoint)."""
+The person running `ordo run` owns the run: the prompt shows the call's arguments and their
+digest (`args_digest`, as `ordo approvals` shows it for a Task in a cluster), and their one
+decision settles the call even where its Tool asks for several approvers or excludes the
+requester (`requiredApprovals`, `excludeRequester`: there is nobody else to ask locally; the
+prompt says so)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TextIO
 
-from ..engine.approvals import ApprovalDecider, ApprovalDecision, PendingApproval
+from ..engine.approvals import ApprovalDecider, ApprovalDecision, PendingApproval, call_digest
 
 Mode = Literal["approve", "reject", "prompt", "none"]
 NO_TERMINAL = "ordo run: no terminal to ask (use --approve-all or --reject-all)"
@@ -50,9 +53,9 @@ class LocalApprover:
             pending: PendingApproval, arguments: dict[str, Any]
         ) -> Sequence[ApprovalDecision]:
             if self.mode == "approve":
-                return [ApprovalDecision("Approve", "ordo run --approve-all")]
+                return [ApprovalDecision("Approve", "ordo run --approve-all", sole=True)]
             if self.mode == "reject":
-                return [ApprovalDecision("Reject", "ordo run --reject-all")]
+                return [ApprovalDecision("Reject", "ordo run --reject-all", sole=True)]
             if self.mode == "none":
                 if not self.warned and self._out is not None:
                     print(f"note: {pending.tool} needs an approval; {NO_TERMINAL}", file=self._out)
@@ -69,10 +72,18 @@ class LocalApprover:
         shown = json.dumps(arguments, indent=2, sort_keys=True, ensure_ascii=False)
         if len(shown) > MAX_SHOWN_CHARS:
             shown = shown[:MAX_SHOWN_CHARS] + "\n... (truncated)"
+        rule = ""
+        if pending.approvals > 1 or pending.requester_excluded:
+            rule = (
+                f"in a cluster this call needs {pending.approvals} approver(s)"
+                + (" other than the requester" if pending.requester_excluded else "")
+                + "; here your answer decides it\n"
+            )
         question = (
             f"\nTask {task}: tool {pending.tool} (call {pending.call_id}, step {pending.step}, "
             f"approval required by {pending.required_by or 'policy'}) wants to run with:\n"
-            f"{shown}\napprove? [y/N] "
+            f"{shown}\ndigest: {call_digest(arguments) or '(none: not canonical JSON)'}\n"
+            f"{rule}approve? [y/N] "
         )
         self.pause(True)
         try:
@@ -82,5 +93,5 @@ class LocalApprover:
         finally:
             self.pause(False)
         if reply.strip().lower() in ("y", "yes"):
-            return ApprovalDecision("Approve", "ordo run (terminal)")
-        return ApprovalDecision("Reject", "ordo run (terminal)")
+            return ApprovalDecision("Approve", "ordo run (terminal)", sole=True)
+        return ApprovalDecision("Reject", "ordo run (terminal)", sole=True)

@@ -12,13 +12,18 @@ The loop asks `settle` about a governed, allowed call whose arguments passed the
   `RunState.approvals` (call id, tool, step, requested-at, deadline), and once every call of
   the response was looked at the run ends `AwaitingApproval` (not terminal) with a checkpoint;
 - any `Reject` (before the deadline) → `rejected` (reject wins over approve: fail closed);
-- an `Approve` (before the deadline) → `approved`: the call runs, once (the pre-call
-  checkpoint of a non-idempotent tool applies as to any call);
+- `Approve`s (before the deadline) by as many distinct approvers as the rule requires
+  (`requiredApprovals`, default 1; one person counts once, however many ToolApprovals they
+  create) → `approved`: the call runs, once (the pre-call checkpoint of a non-idempotent tool
+  applies as to any call). Which Approves may count at all (bound to the call's argument
+  digest, not by the Task's requester when the rule excludes them) is the decider's to say:
+  the operator's filters the ToolApprovals (operator/tasks/approvals.py);
 - no decision by the deadline → `timedOut`, handled as rejected.
 
 A rejected or timed-out call gets an error result the model sees, or ends the run
 `ApprovalRejected` / `ApprovalTimedOut` when `onToolDenied` is `Fail`. A decision's free-text
-reason never enters the engine: only the verdict and the name of who decided.
+reason never enters the engine: only the verdict, the name of the decision and the identity
+of who made it (the record's `approvedBy`).
 """
 
 from __future__ import annotations
@@ -49,8 +54,10 @@ __all__ = [
     "Settled",
     "Verdict",
     "Waiting",
+    "approvers",
     "args_digest",
     "awaiting_message",
+    "call_digest",
     "earliest_deadline",
     "merged",
     "refusal",
@@ -74,11 +81,16 @@ AWAITING = "AwaitingApproval"
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
     """One human decision on one call, as the decider found it. `by` names the decision (a
-    ToolApproval's name, `ordo run`); `at` is when it was made (epoch seconds; None: now)."""
+    ToolApproval's name, `ordo run`); `at` is when it was made (epoch seconds; None: now);
+    `approver` is who made it (a ToolApproval's `spec.approvedBy`, which admission ties to
+    the creating user; "" unknown); `sole`: this decision alone settles the call, whatever
+    number of approvers it needs (`ordo run`: the person running it owns the run)."""
 
     verdict: Verdict
     by: str = ""
     at: float | None = None
+    approver: str = ""
+    sole: bool = False
 
 
 def args_digest(arguments: dict[str, Any]) -> str:
@@ -90,6 +102,16 @@ def args_digest(arguments: dict[str, Any]) -> str:
         arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def call_digest(arguments: dict[str, Any]) -> str:
+    """`args_digest(arguments)`, or "" for arguments it cannot digest (NaN or infinity, which
+    canonical JSON has no spelling for): no ToolApproval can name "", so such a call can only
+    be rejected or time out."""
+    try:
+        return args_digest(arguments)
+    except ValueError:
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +127,13 @@ class PendingApproval:
     deadline: float
     """Epoch seconds; `math.inf` never times out."""
     required_by: str = ""
+    approvals: int = 1
+    """Distinct approvers the call needs."""
+    requester_excluded: bool = False
+    """The Task's requester cannot approve it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "callId": self.call_id,
             "tool": self.tool,
             "step": self.step,
@@ -115,6 +141,11 @@ class PendingApproval:
             "deadline": None if math.isinf(self.deadline) else self.deadline,
             "requiredBy": self.required_by,
         }
+        if self.approvals != 1:
+            d["requiredApprovals"] = self.approvals
+        if self.requester_excluded:
+            d["requesterExcluded"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PendingApproval:
@@ -126,6 +157,8 @@ class PendingApproval:
             float(d["requestedAt"]),
             math.inf if deadline is None else float(deadline),
             str(d.get("requiredBy", "")),
+            max(1, int(d.get("requiredApprovals", 1))),
+            bool(d.get("requesterExcluded", False)),
         )
 
 
@@ -160,24 +193,32 @@ def requirement(gov: Governance, binding: ToolBinding) -> ApprovalRule | None:
         level = level.within
     if not found:
         return None
-    timeouts = [r.timeout for r in found if r.timeout is not None]
-    return ApprovalRule(found[0].source, min(timeouts) if timeouts else None)
+    return _strictest(found)
+
+
+def _strictest(rules: Sequence[ApprovalRule]) -> ApprovalRule:
+    """Several requirements of one tool as one: the first source, the shortest timeout, the
+    most approvers, and the requester excluded if any excludes them."""
+    timeouts = [r.timeout for r in rules if r.timeout is not None]
+    return ApprovalRule(
+        rules[0].source,
+        min(timeouts) if timeouts else None,
+        max(r.approvals for r in rules),
+        any(r.requester_excluded for r in rules),
+    )
 
 
 def merged(
     *layers: dict[str, ApprovalRule],
 ) -> dict[str, ApprovalRule]:
     """Requirements of several sources (Tools, policies by name) as one map: a name required
-    twice keeps the first source and the shortest timeout."""
+    twice keeps the first source, the shortest timeout, the most approvers and any requester
+    exclusion."""
     out: dict[str, ApprovalRule] = {}
     for layer in layers:
         for name, rule in layer.items():
             known = out.get(name)
-            if known is None:
-                out[name] = rule
-                continue
-            timeouts = [t for t in (known.timeout, rule.timeout) if t is not None]
-            out[name] = ApprovalRule(known.source, min(timeouts) if timeouts else None)
+            out[name] = rule if known is None else _strictest([known, rule])
     return out
 
 
@@ -189,7 +230,16 @@ def request(
     if known is not None:
         return known
     timeout = rule.timeout if rule.timeout is not None else default_timeout
-    pending = PendingApproval(call_id, tool, state.step, now, now + timeout, rule.source)
+    pending = PendingApproval(
+        call_id,
+        tool,
+        state.step,
+        now,
+        now + timeout,
+        rule.source,
+        rule.approvals,
+        rule.requester_excluded,
+    )
     state.approvals[call_id] = pending
     return pending
 
@@ -197,18 +247,43 @@ def request(
 def settle(
     pending: PendingApproval, decisions: Sequence[ApprovalDecision], now: float
 ) -> tuple[Settled, str]:
-    """The state of a waiting call given the decisions found: (state, who decided). A decision
-    made after the deadline does not count (the call had timed out by then)."""
+    """The state of a waiting call given the decisions found: (state, which decisions settled
+    it: one name, or the approvals' names joined by ", "). A decision made after the deadline
+    does not count (the call had timed out by then). Any Reject wins; else the call is
+    approved once `pending.approvals` distinct approvers approved it (`approvers`)."""
     valid = [d for d in decisions if d.at is None or d.at <= pending.deadline]
     rejected = next((d for d in valid if d.verdict == "Reject"), None)
     if rejected is not None:
         return "rejected", rejected.by
-    approved = next((d for d in valid if d.verdict == "Approve"), None)
-    if approved is not None:
-        return "approved", approved.by
+    counted = _counted(pending, valid)
+    if counted:
+        return "approved", ", ".join(d.by for d in counted if d.by)
     if now >= pending.deadline:
         return "timedOut", ""
     return "waiting", ""
+
+
+def _counted(pending: PendingApproval, valid: Sequence[ApprovalDecision]) -> list[ApprovalDecision]:
+    """The Approves that approve the call (each approver's first), or [] if too few. An
+    Approve whose approver is unknown counts only where one approval is enough."""
+    approves = [d for d in valid if d.verdict == "Approve"]
+    sole = next((d for d in approves if d.sole), None)
+    if sole is not None:
+        return [sole]
+    if pending.approvals <= 1:
+        return approves[:1]
+    first: dict[str, ApprovalDecision] = {}
+    for d in approves:
+        if d.approver:
+            first.setdefault(d.approver, d)
+    return list(first.values()) if len(first) >= pending.approvals else []
+
+
+def approvers(pending: PendingApproval, decisions: Sequence[ApprovalDecision]) -> tuple[str, ...]:
+    """Who approved a call `settle` found approved: the identities of the decisions that
+    counted (names only; none for a decision whose approver is unknown)."""
+    valid = [d for d in decisions if d.at is None or d.at <= pending.deadline]
+    return tuple(d.approver for d in _counted(pending, valid) if d.approver)
 
 
 @dataclass(frozen=True, slots=True)

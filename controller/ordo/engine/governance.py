@@ -93,6 +93,10 @@ class ApprovalRule:
 
     source: str
     timeout: float | None = None
+    approvals: int = 1
+    """Distinct approvers a call needs (four eyes: 2)."""
+    requester_excluded: bool = False
+    """The Task's requester cannot be one of them."""
 
 
 @dataclass(frozen=True, slots=True)

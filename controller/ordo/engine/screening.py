@@ -165,7 +165,10 @@ async def approval_gate(
     del state.approvals[call.id]
     if settled == "approved":
         reason = _with_notes(f"Approved: {by}" if by else "Approved", screened.rule_notes)
-        record = ToolCallRecord(pending.step, call.name, "allowed", reason, None, call.id)
+        record = replace(
+            ToolCallRecord(pending.step, call.name, "allowed", reason, None, call.id),
+            approved_by=approvals.approvers(pending, decisions),
+        )
         return Screened(record, None, screened.binding)
     refusal = approvals.refusal(settled, by)
     reason = _with_notes(refusal.record_reason, screened.rule_notes)

@@ -92,7 +92,9 @@ def tool_approvals(tools: dict[str, ResolvedTool]) -> dict[str, ApprovalRule]:
         approval = resolved.tool.spec.approval
         if approval is not None and approval.required:
             timeout = parse_duration(approval.timeout) if approval.timeout else None
-            out[name] = ApprovalRule(f"Tool {name}", timeout)
+            out[name] = ApprovalRule(
+                f"Tool {name}", timeout, approval.required_approvals, approval.exclude_requester
+            )
     return out
 
 

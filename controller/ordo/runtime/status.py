@@ -25,6 +25,7 @@ from ..api.task import (
     ToolCallRecord,
     ToolOutcome,
 )
+from ..api.toolapproval import MAX_APPROVER_CHARS
 from ..api.usage import Usage
 from ..engine.jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from ..engine.state import RunState
@@ -83,6 +84,7 @@ def record_model(record: EngineRecord) -> ToolCallRecord:
         error=cap(record.error, 128) if record.error else None,  # the CRD maxLength
         tool_object=record.tool_object,  # an object name: at most 253 characters already
         builtin=record.builtin,
+        approved_by=tuple(cap(a, MAX_APPROVER_CHARS) for a in record.approved_by),
     )
 
 
@@ -131,6 +133,8 @@ def pending_approvals(state: RunState) -> list[PendingApprovalStatus]:
             step=max(p.step, 1),
             requested_at=format_seconds(p.requested_at),
             deadline=None if math.isinf(p.deadline) else format_seconds(math.ceil(p.deadline)),
+            required_approvals=p.approvals if p.approvals > 1 else None,
+            requester_excluded=True if p.requester_excluded else None,
         )
         for p in list(state.approvals.values())[:MAX_PENDING_APPROVALS]
     ]

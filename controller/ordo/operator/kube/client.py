@@ -131,6 +131,22 @@ class KubeClient(Session):
             if not exc.not_found:
                 raise
 
+    async def username(self) -> str:
+        """The user name the API server authenticates this client as (a SelfSubjectReview,
+        authentication.k8s.io/v1, which every authenticated user may create); "" if the
+        server does not say."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        result = await self._request(
+            "create",
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json=review,
+            idempotent=True,  # creates nothing: asking twice is as good as once
+        )
+        user = ((result or {}).get("status") or {}).get("userInfo") or {}
+        name = user.get("username")
+        return name if isinstance(name, str) else ""
+
     async def delete_collection(self, kind: str, namespace: str, label_selector: str) -> int:
         """Delete every object of `kind` in `namespace` that `label_selector` selects, in one
         request; the number deleted. The answer lists the deleted objects' metadata only

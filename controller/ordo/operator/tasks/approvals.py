@@ -13,7 +13,12 @@ the same way.
 
 A ToolApproval is valid for a call when it names the Task and the call id and was created no
 earlier than the Task (a leftover approval of a deleted Task of the same name does not
-count); `acceptance` gives every ToolApproval its `Accepted` condition. A ToolApproval's
+count). An Approve counts only if its `argsDigest` is the digest of the call's arguments
+(issue 26 §5: the run checks it against the arguments in its own state; the gate and
+`acceptance`, which have no arguments, against the published calls, pendingcalls.py, when
+those are readable and consistent) and, for a call whose rule excludes the requester, only if
+its `approvedBy` is not the Task's `ordo.dev/requested-by` (a Task without one: no Approve
+counts). `acceptance` gives every ToolApproval its `Accepted` condition. A ToolApproval's
 `spec.reason` is never read here.
 """
 
@@ -26,8 +31,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from ... import timestamps
 from ...api import TERMINAL_PHASES
 from ...api.toolapproval import ToolApproval
@@ -37,10 +40,19 @@ from ...engine.approvals import (
     ApprovalDecider,
     ApprovalDecision,
     PendingApproval,
+    call_digest,
     settle,
 )
 from ...runtime.store import ObjectStore
+from ..kube.client import ApiError
 from . import taskstatus
+from .approvalmatch import (
+    Digests,
+    decisions_for,
+    decisions_of,
+    published_digests,
+    refusal_of,
+)
 from .conditions import set_condition
 
 log = logging.getLogger("ordo.operator")
@@ -83,9 +95,15 @@ def pending_of(body: dict[str, Any]) -> list[PendingApproval]:
                 int(p.get("step") or 1),
                 requested,
                 math.inf if deadline is None else deadline,
+                approvals=max(1, _int(p.get("requiredApprovals"))),
+                requester_excluded=p.get("requesterExcluded") is True,
             )
         )
     return out
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
 def deadline_unreadable(body: dict[str, Any]) -> bool:
@@ -101,30 +119,8 @@ def deadline_unreadable(body: dict[str, Any]) -> bool:
     )
 
 
-def decisions_for(
-    approvals: Sequence[dict[str, Any]], task: dict[str, Any], call_id: str
-) -> list[ApprovalDecision]:
-    """The valid decisions on one call of `task`, oldest first."""
-    meta = task.get("metadata") or {}
-    born = epoch(meta.get("creationTimestamp")) or 0.0
-    out: list[tuple[float, ApprovalDecision]] = []
-    for body in approvals:
-        spec = body.get("spec") or {}
-        if spec.get("taskRef") != meta.get("name") or spec.get("callId") != call_id:
-            continue
-        created = epoch((body.get("metadata") or {}).get("creationTimestamp"))
-        if created is None or created < born:
-            continue  # made before this Task existed: not for it
-        try:
-            approval = ToolApproval.model_validate(body)
-        except ValidationError:
-            continue
-        out.append((created, ApprovalDecision(approval.spec.decision, approval.name, created)))
-    return [d for _, d in sorted(out, key=lambda x: x[0])]
-
-
 def ready(
-    task: dict[str, Any], approvals: Sequence[dict[str, Any]], now: float
+    task: dict[str, Any], approvals: Sequence[dict[str, Any]], now: float, digests: Digests = None
 ) -> tuple[bool, float | None]:
     """Whether every call the Task waits for is settled (decided or timed out), and if not,
     when the next one times out (None: never). A deadline that does not parse settles at
@@ -134,7 +130,7 @@ def ready(
     waiting = [
         p
         for p in pending_of(task)
-        if settle(p, decisions_for(approvals, task, p.call_id), now)[0] == "waiting"
+        if settle(p, decisions_of(approvals, task, p, digests), now)[0] == "waiting"
     ]
     deadlines = [p.deadline for p in waiting if not math.isinf(p.deadline)]
     return not waiting, (min(deadlines) if deadlines else None)
@@ -145,17 +141,24 @@ def decider(store: ObjectStore, task: dict[str, Any]) -> ApprovalDecider:
     watch-fed cache in the operator)."""
     namespace = (task.get("metadata") or {}).get("namespace", "default")
 
-    async def decide(pending: PendingApproval, _: dict[str, Any]) -> Sequence[ApprovalDecision]:
-        return decisions_for(await store.list(KIND, namespace), task, pending.call_id)
+    async def decide(
+        pending: PendingApproval, arguments: dict[str, Any]
+    ) -> Sequence[ApprovalDecision]:
+        found = await store.list(KIND, namespace)
+        digest = call_digest(arguments)  # of the arguments the call will run with
+        return decisions_for(found, task, pending.call_id, digest=digest, pending=pending)
 
     return decide
 
 
-# -- the ToolApproval side ----------------------------------------------------------------
-
-
-def acceptance(approval: dict[str, Any], task: dict[str, Any] | None) -> tuple[str, str, str]:
-    """(status, reason, message) of a ToolApproval's `Accepted` condition."""
+def acceptance(
+    approval: dict[str, Any],
+    task: dict[str, Any] | None,
+    digests: Digests = None,
+    others: Sequence[dict[str, Any]] = (),
+) -> tuple[str, str, str]:
+    """(status, reason, message) of a ToolApproval's `Accepted` condition; `others`: the
+    namespace's ToolApprovals (for duplicates), `digests` as for `ready`."""
     spec = approval.get("spec") or {}
     task_name, call_id = spec.get("taskRef", ""), spec.get("callId", "")
     if task is None:
@@ -170,7 +173,8 @@ def acceptance(approval: dict[str, Any], task: dict[str, Any] | None) -> tuple[s
         if record.get("callId") != call_id:
             continue
         reason = str(record.get("reason") or "")
-        if reason.endswith(f": {name}") and reason.startswith(("Approved", REJECTED)):
+        verdict, _, names = reason.partition(": ")
+        if verdict in ("Approved", REJECTED) and name in names.split(", "):
             return "True", "Applied", f"the call was decided by this {KIND}"
         if reason.startswith(("Approved", REJECTED, TIMED_OUT)):
             return "False", "CallSettled", "the call was already decided (or timed out)"
@@ -182,8 +186,37 @@ def acceptance(approval: dict[str, Any], task: dict[str, Any] | None) -> tuple[s
             return "False", "UnknownCall", f"not a valid decision on a call of {task_name!r}"
         if created > waiting.deadline:
             return "False", "CallSettled", "made after the call's deadline: it timed out"
-        return "True", "Pending", "the Task resumes once all its waiting calls are decided"
+        return _pending(approval, task, waiting, digests, others)
     return "False", "UnknownCall", f"Task {task_name!r} does not wait for call {call_id!r}"
+
+
+def _pending(
+    approval: dict[str, Any],
+    task: dict[str, Any],
+    waiting: PendingApproval,
+    digests: Digests,
+    others: Sequence[dict[str, Any]],
+) -> tuple[str, str, str]:
+    """`acceptance` of a valid decision on a waiting call, made before its deadline."""
+    model = ToolApproval.model_validate(approval)
+    digest = None if digests is None else digests.get(waiting.call_id)
+    refused = refusal_of(model, task, waiting, digest)
+    if refused is not None:
+        return "False", *refused
+    later = "the Task resumes once all its waiting calls are decided"
+    if model.spec.decision != "Approve":
+        return "True", "Pending", later
+    counted = decisions_of([*others, approval], task, waiting, digests)
+    approves = [d for d in counted if d.verdict == "Approve"]
+    first = next((d for d in approves if d.approver == model.spec.approved_by), None)
+    if first is not None and first.by != model.name:
+        return "False", "DuplicateApprover", f"{model.spec.approved_by} already approved this call"
+    people = len({d.approver for d in approves if d.approver})
+    if waiting.approvals > 1:
+        later = (
+            f"{min(people, waiting.approvals)} of {waiting.approvals} approvers so far; " + later
+        )
+    return "True", "Pending", later
 
 
 class ApprovalGate:
@@ -216,7 +249,9 @@ class ApprovalGate:
                 body = await self.client.get("Task", namespace, name)
                 if body is None or not awaiting(body):
                     return
-                settled, wake_at = ready(body, await self._approvals(namespace), time.time())
+                digests = await published_digests(self.client, body)
+                found = await self._approvals(namespace)
+                settled, wake_at = ready(body, found, time.time(), digests)
                 if settled:
                     if deadline_unreadable(body):
                         log.warning(
@@ -224,6 +259,7 @@ class ApprovalGate:
                             "the task to settle it against its checkpoint"
                         )
                     return
+                await self._accept_all(body, found, digests)
                 if key not in self.waiting:
                     self.waiting[key] = wake
                     self._gauge()
@@ -258,11 +294,38 @@ class ApprovalGate:
             wake.set()
         await self.accept(body)
 
+    async def _accept_all(
+        self, task: dict[str, Any], found: list[dict[str, Any]], digests: Digests
+    ) -> None:
+        """Re-judge the waiting Task's ToolApprovals: what a run that stopped again refused
+        (another digest than its arguments') is no longer `Pending`."""
+        name = (task.get("metadata") or {}).get("name")
+        for approval in found:
+            if (approval.get("spec") or {}).get("taskRef") != name:
+                continue
+            try:
+                await self._write(approval, acceptance(approval, task, digests, found))
+            except ApiError as exc:
+                log.warning(
+                    "a ToolApproval's Accepted condition could not be written",
+                    extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+                )
+
     async def accept(self, body: dict[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        namespace = meta.get("namespace", "default")
         task = await self.client.get("Task", namespace, (body.get("spec") or {}).get("taskRef", ""))
-        status, reason, message = acceptance(body, task)
+        digests = others = None
+        if task is not None and awaiting(task):
+            digests = await published_digests(self.client, task)
+            others = await self._approvals(namespace)
+        await self._write(body, acceptance(body, task, digests, others or ()))
+
+    async def _write(self, body: dict[str, Any], accepted: tuple[str, str, str]) -> None:
+        """Patch the ToolApproval's `Accepted` condition unless it already says that."""
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        status, reason, message = accepted
         current = (body.get("status") or {}).get("conditions") or []
         known = next((c for c in current if c.get("type") == "Accepted"), None)
         if known is not None and (known.get("status"), known.get("reason")) == (status, reason):

@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.approvals import args_digest
+from ...engine.approvals import call_digest
 from ...engine.state import RunState
 from ..kube.client import ApiError, KubeClient
 from .ownership import owner_reference
@@ -65,20 +65,10 @@ def calls_of(state: RunState, limit: int = MAX_BYTES) -> list[dict[str, Any]]:
                 "callId": pending.call_id,
                 "tool": pending.tool,
                 "arguments": args,
-                "argsDigest": digest_of(args),
+                "argsDigest": call_digest(args),
             }
         )
     return _bounded(out, limit)
-
-
-def digest_of(arguments: dict[str, Any]) -> str:
-    """`args_digest(arguments)`, or "" for arguments it cannot digest (NaN or infinity, which
-    canonical JSON has no spelling for): no ToolApproval can name that, so such a call can
-    only be rejected or time out."""
-    try:
-        return args_digest(arguments)
-    except ValueError:
-        return ""
 
 
 def _bounded(calls: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -181,7 +171,9 @@ class Unavailable(Exception):
 async def read(client: KubeClient, task: dict[str, Any]) -> dict[str, Published]:
     """The published calls of `task` by call id. Raises `Unavailable` when there is no
     publication, it belongs to another execution than the Task's, or it does not parse."""
-    meta = task["metadata"]
+    meta = task.get("metadata") or {}
+    if not meta.get("uid"):
+        raise Unavailable("the Task has no uid yet")
     name = name_for(task)
     body = await client.get("ConfigMap", meta.get("namespace", "default"), name)
     if body is None:
@@ -204,7 +196,7 @@ def parse(body: dict[str, Any], task: dict[str, Any]) -> dict[str, Published]:
             digest = str(c["argsDigest"])
             if arguments is not None and not isinstance(arguments, dict):
                 raise TypeError("arguments")
-            verified = arguments is None or (digest != "" and digest_of(arguments) == digest)
+            verified = arguments is None or (digest != "" and call_digest(arguments) == digest)
             out[str(c["callId"])] = Published(
                 str(c["callId"]), str(c.get("tool", "")), arguments, digest, verified
             )

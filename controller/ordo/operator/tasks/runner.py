@@ -246,7 +246,15 @@ class Runner:
         state = outcome.result.state
         await checkpoints.save(state)
         client = self.writer.client
-        published = await pendingcalls.publish(client, body, execution_id, state)
+        published = None
+        try:
+            published = await pendingcalls.publish(client, body, execution_id, state)
+        except ApiError as exc:
+            # The Task still waits; approvers then lack the arguments (`ordo approve --digest`).
+            log.warning(
+                "the waiting calls could not be published for approvers",
+                extra={"ordo": {"errorStatus": exc.status, "errorReason": exc.api_reason}},
+            )
         meta = body["metadata"]
         status = body.get("status") or {}
         fields = taskstatus.awaiting_approval(state, status.get("conditions"))
@@ -255,7 +263,8 @@ class Runner:
             await taskstatus.fenced(client, meta["namespace"], meta["name"], execution_id, fields)
         except Fenced:
             # Another execution owns the Task: what we published is not what it waits for.
-            await pendingcalls.withdraw(client, body, published)
+            if published is not None:
+                await pendingcalls.withdraw(client, body, published)
             raise
         await self.writer.recorder.post(body, approvals.CONDITION, outcome.message)
         log.info(

@@ -1,0 +1,155 @@
+"""The chart's approver-identity admission policies (issue 26 §5), on the real kube-apiserver:
+a ToolApproval's `spec.approvedBy` must be the user creating it, and a Task's
+`ordo.dev/requested-by` annotation, when set, must be the user creating the Task and never
+changes. Also which installs render them, and that the kustomize base carries the same."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
+
+import pytest
+from tests.support.operator import wait_for
+from tests.support.packaging import helm_template, kustomize_build, of_kind, to_yaml
+
+from ordo_devcluster import ControlPlane
+
+POLICY = "ValidatingAdmissionPolicy"
+BINDING = "ValidatingAdmissionPolicyBinding"
+DIGEST = "sha256:" + "a" * 64
+NOT_YOU = "spec.approvedBy must be your user name"
+FIXED = "cannot be set, changed or removed after the Task is created"
+
+
+def approval(name: str, approved_by: str | None, decision: str = "Approve") -> str:
+    spec: dict[str, Any] = {"taskRef": "t", "callId": "c1", "decision": decision}
+    if decision == "Approve":
+        spec["argsDigest"] = DIGEST
+    if approved_by is not None:
+        spec["approvedBy"] = approved_by
+    return to_yaml(
+        [
+            {
+                "apiVersion": "ordo.dev/v1alpha1",
+                "kind": "ToolApproval",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        ]
+    )
+
+
+def task(name: str, requester: str | None) -> str:
+    meta: dict[str, Any] = {"name": name}
+    if requester is not None:
+        meta["annotations"] = {"ordo.dev/requested-by": requester}
+    body = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Task", "metadata": meta}
+    return to_yaml([{**body, "spec": {"agentRef": "a"}}])
+
+
+def identity_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in of_kind(docs, POLICY, BINDING)
+        if d["metadata"]["name"].endswith(("toolapproval-approver", "task-requester"))
+    ]
+
+
+def test_rendered_like_the_other_admission_policies(tmp_path: Path) -> None:
+    cluster_wide = identity_docs(helm_template(tmp_path))
+    assert sorted(d["kind"] for d in cluster_wide) == [POLICY, POLICY, BINDING, BINDING]
+    for binding in of_kind(cluster_wide, BINDING):
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["matchResources"] == {}
+    # The kustomize base carries the same objects.
+    base = identity_docs(kustomize_build())
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(((key(d), d["spec"]) for d in base), key=lambda x: x[0]) == sorted(
+        ((key(d), d["spec"]) for d in cluster_wide), key=lambda x: x[0]
+    )
+    watched = {"watchNamespaces": ["team-a"]}
+    assert identity_docs(helm_template(tmp_path, values=watched)) == []
+    bound = identity_docs(
+        helm_template(tmp_path, values={**watched, "admissionPolicies": {"enabled": True}})
+    )
+    for binding in of_kind(bound, BINDING):
+        selector = binding["spec"]["matchResources"]["namespaceSelector"]
+        assert selector["matchExpressions"][0]["values"] == ["team-a"]
+    off = {"admissionPolicies": {"approverIdentity": {"enabled": False}}}
+    assert identity_docs(helm_template(tmp_path, values=off)) == []
+
+
+@pytest.fixture
+def users(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> dict[str, tuple[str, Any]]:
+    """The policies installed from the chart (a release of its own, bound to this namespace);
+    two ServiceAccounts that may create ToolApprovals and Tasks: name → (user name, kubectl)."""
+    cp = control_plane
+    release = f"apr{uuid.uuid4().hex[:6]}"
+    values = {"watchNamespaces": [namespace], "admissionPolicies": {"enabled": True}}
+    installed = identity_docs(helm_template(tmp_path, release=release, values=values))
+    assert len(installed) == 4
+    cp.kubectl("apply", "--server-side", "-f", "-", input=to_yaml(installed))
+    verbs, kinds = "create,get,list,patch,update", "toolapprovals.ordo.dev,tasks.ordo.dev"
+    cp.kubectl(
+        "create", "role", "decider", "-n", namespace, f"--verb={verbs}", f"--resource={kinds}"
+    )
+    accounts = [f"--serviceaccount={namespace}:{who}" for who in ("alice", "bob")]
+    cp.kubectl("create", "rolebinding", "decider", "-n", namespace, "--role=decider", *accounts)
+    out: dict[str, tuple[str, Any]] = {}
+    for who in ("alice", "bob"):
+        kubeconfig = cp.service_account_kubeconfig(namespace, who)
+
+        def run(*args: str, _k: Path = kubeconfig, **kw: Any) -> CompletedProcess[str]:
+            return cp.kubectl(*args, "-n", namespace, kubeconfig=_k, **kw)
+
+        out[who] = (f"system:serviceaccount:{namespace}:{who}", run)
+    _, alice = out["alice"]
+    wait_for(
+        lambda: (
+            NOT_YOU
+            in alice("create", "-f", "-", input=approval("probe", "mallory"), check=False).stderr
+        ),
+        30,
+        what="the admission policies to take effect",
+    )
+    return out
+
+
+def refused(result: CompletedProcess[str], message: str) -> None:
+    assert result.returncode != 0, result.stdout
+    assert message in result.stderr, result.stderr
+
+
+def test_a_tool_approval_names_its_creator(users: dict[str, tuple[str, Any]]) -> None:
+    (alice_name, alice), (bob_name, _) = users["alice"], users["bob"]
+    # Naming someone else (another ServiceAccount, or anybody) is refused.
+    refused(alice("create", "-f", "-", input=approval("x1", bob_name), check=False), NOT_YOU)
+    refused(alice("create", "-f", "-", input=approval("x2", "admin"), check=False), NOT_YOU)
+    # Naming oneself passes; so does a Reject that names nobody (it still rejects).
+    alice("create", "-f", "-", input=approval("mine", alice_name))
+    alice("create", "-f", "-", input=approval("no", None, decision="Reject"))
+    # An Approve that names nobody is refused by the CRD.
+    result = alice("create", "-f", "-", input=approval("anon", None), check=False)
+    assert result.returncode != 0 and "approvedBy" in result.stderr
+
+
+def test_a_task_names_its_requester_and_keeps_it(users: dict[str, tuple[str, Any]]) -> None:
+    (alice_name, alice), (bob_name, bob) = users["alice"], users["bob"]
+    refused(
+        alice("create", "-f", "-", input=task("t1", bob_name), check=False),
+        "ordo.dev/requested-by must be your user name",
+    )
+    alice("create", "-f", "-", input=task("t2", alice_name))
+    alice("create", "-f", "-", input=task("t3", None))
+    # Nobody sets, changes or removes it afterwards (not even its requester).
+    key = "ordo.dev/requested-by"
+    refused(bob("annotate", "task", "t2", f"{key}={bob_name}", "--overwrite", check=False), FIXED)
+    refused(alice("annotate", "task", "t2", f"{key}-", check=False), FIXED)
+    refused(alice("annotate", "task", "t3", f"{key}={alice_name}", check=False), FIXED)
+    # Other edits of the Task pass.
+    alice("annotate", "task", "t2", "note=fine")
+    alice("patch", "task", "t2", "--type=merge", "-p", '{"spec": {"cancel": true}}')
