@@ -24,6 +24,7 @@ from tests.support.operator import (
     wait_task,
 )
 
+from ordo.engine.approvals import args_digest
 from ordo_devcluster import ControlPlane
 from ordo_devcluster.errors import KubectlError
 
@@ -126,6 +127,9 @@ def test_a_require_approval_rule_parks_the_call_until_a_tool_approval(
         (pending,) = wait_for(parked, what="the call to wait for approval")
         assert pending["tool"] == "pay" and tool.count == 0
         approval = {"taskRef": "pay", "callId": pending["callId"], "decision": "Approve"}
+        # Bound to the arguments the call will run with, naming the approver (issue 26 §5).
+        me = control_plane.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+        approval.update(argsDigest=args_digest({"amount": CANARY}), approvedBy=me.stdout.strip())
         apply(control_plane, namespace, doc("ToolApproval", "ok", approval))
         status = wait_task(control_plane, namespace, "pay")["status"]
         assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
@@ -136,6 +140,7 @@ def test_a_require_approval_rule_parks_the_call_until_a_tool_approval(
         "Approved: ok; ToolRuleApproval: limits/over-100",
         "succeeded",
     )
+    assert record["approvedBy"] == [approval["approvedBy"]]
 
 
 def test_a_rule_that_does_not_compile_fails_closed(
