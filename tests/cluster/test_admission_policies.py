@@ -136,13 +136,20 @@ def users(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> dict[s
         return run
 
     users = {role: as_user(role) for role in roles}
-    # The policy takes effect once the API server has loaded it: wait until it refuses.
+    # The policy takes effect once the API server has loaded it (and, on a control plane that
+    # just started, once its admission informers synced: 35 s once in CI): wait until it refuses.
     probe = AGENT.format(name="probe", labels=BOUND)
-    wait_for(
-        lambda: REFUSED in users["editor"]("apply", "-f", "-", input=probe, check=False).stderr,
-        30,
-        what="the admission policy to take effect",
-    )
+    last: list[str] = []
+
+    def refuses() -> bool:
+        result = users["editor"]("apply", "-f", "-", input=probe, check=False)
+        last[:] = [result.stderr.strip()[-300:]]
+        return REFUSED in result.stderr
+
+    try:
+        wait_for(refuses, 120, what="the admission policy to take effect")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last answer: {last}") from None
     return users
 
 

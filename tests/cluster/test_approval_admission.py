@@ -113,7 +113,7 @@ def users(
             NOT_YOU
             in alice("create", "-f", "-", input=approval("probe", "mallory"), check=False).stderr
         ),
-        30,
+        120,  # a control plane that just started syncs its admission informers first
         what="the admission policies to take effect",
     )
     return out

@@ -76,7 +76,9 @@ def _apply(cluster: NodeCluster, namespace: str, docs: list[dict[str, Any]]) -> 
 
 
 def _install_runner(cluster: NodeCluster, namespace: str, tmp: Path) -> None:
-    """The chart's runner ServiceAccount, Role and RoleBinding for this namespace."""
+    """The chart's runner ServiceAccount, Role, RoleBinding and checkpoint keyring Secret for
+    this namespace (without the keyring a replacement pod cannot open its predecessor's
+    checkpoint, and a resumed Task ends Interrupted: docs/security.md#job-mode)."""
     docs = helm_template(
         tmp,
         values={"watchNamespaces": [namespace], "jobs": {"secretNames": ["model-key"]}},
@@ -84,10 +86,10 @@ def _install_runner(cluster: NodeCluster, namespace: str, tmp: Path) -> None:
     runner = [
         d
         for d in docs
-        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "Secret")
         and d["metadata"]["labels"].get("app.kubernetes.io/component") == "task-runner"
     ]
-    assert len(runner) == 3
+    assert sorted(d["kind"] for d in runner) == ["Role", "RoleBinding", "Secret", "ServiceAccount"]
     # Not the install tests' objects: their "nothing left behind" checks select every object
     # labelled as ordo's across the node, and these stay in this test's namespace.
     for doc in runner:
