@@ -468,6 +468,9 @@ def test_ctrl_c_names_the_running_tasks_and_exits_130(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, **LIVE_VIEW_ON_A_PIPE},
+        # A terminal's Ctrl-C: SIGINT at its default, whatever this pytest process inherited or
+        # set (an ignored SIGINT is inherited across exec, and Python then keeps ignoring it).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     quick_done = threading.Event()
