@@ -43,5 +43,11 @@ Reason = Literal[
     "AwaitingApproval",
     "WorkerLost",
     "CheckpointUntrusted",
+    "DelegationCycle",
+    "DelegationDepthExceeded",
+    "ChildFailed",
+    "ChildVanished",
+    "ChildNotOwned",
+    "AwaitingChildren",
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]

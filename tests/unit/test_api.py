@@ -698,9 +698,20 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [{**TOOL, "spec": {"type": "mcp", "mcp": MCP}}],
         [{**TOOL, "spec": {"type": "mcp"}}],
     ),
-    "[has(self.http), has(self.mcp), has(self.mock)].filter(x, x).size() <= 1": (
+    "[has(self.http), has(self.mcp), has(self.mock), has(self.agent)].filter(x, x).size() <= 1": (
         [{**TOOL, "spec": {"type": "mock", "mock": {}}}],
-        [{**TOOL, "spec": {"type": "mock", "mock": {}, "http": HTTP}}],
+        [
+            {**TOOL, "spec": {"type": "mock", "mock": {}, "http": HTTP}},
+            {**TOOL, "spec": {"type": "agent", "agent": {"ref": "a"}, "mock": {}}},
+        ],
+    ),
+    "self.type != 'agent' || has(self.agent)": (
+        [{**TOOL, "spec": {"type": "agent", "agent": {"ref": "helper"}}}],
+        [{**TOOL, "spec": {"type": "agent"}}],
+    ),
+    "self.type == 'agent' || !has(self.agent)": (
+        [{**TOOL, "spec": {"type": "mock", "mock": {}}}],
+        [{**TOOL, "spec": {"type": "mock", "agent": {"ref": "helper"}}}],
     ),
     "(self.type == 'http') == has(self.http) || !has(self.http)": (
         [{**TOOL, "spec": {"type": "http", "http": HTTP}}],

@@ -119,6 +119,10 @@ class ToolRule(OrdoModel):
         return self._program
 
 
+MAX_DELEGATION_DEPTH = 16
+"""The deepest any tree of Tasks may be, whatever a policy or flag says."""
+
+
 class AgentPolicySpec(OrdoModel):
     """Desired state of an AgentPolicy."""
 
@@ -150,6 +154,10 @@ class AgentPolicySpec(OrdoModel):
     """Token budget of one Task; the smallest of all policies and the Agent's `maxTokens` applies."""
     max_steps: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Caps the Agent's `maxSteps`."""
+    max_delegation_depth: Annotated[int, Field(ge=0, le=MAX_DELEGATION_DEPTH)] | None = None
+    """How deep a tree of Tasks under a selected Agent may grow: a Task at this depth (its root
+    is depth 0) may not delegate (`agent` Tools, Teams) any further; the smallest of all
+    policies and the operator's `--max-delegation-depth` applies (docs/concepts.md#trees)."""
     required_guardrails: (
         Annotated[
             list[Name],

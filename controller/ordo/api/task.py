@@ -30,6 +30,7 @@ from .phases import TerminalPhase as TerminalPhase
 from .records import status_record
 from .toolapproval import MAX_APPROVER_CHARS, MAX_REQUIRED_APPROVALS
 from .usage import Usage as Usage
+from .waits import MAX_CHILDREN, MAX_PENDING_APPROVALS, ChildTaskStatus, PendingApprovalStatus
 
 ToolDecision = Literal["allowed", "denied", "rejected"]
 ToolOutcome = Literal["succeeded", "error", "skipped", "interrupted"]
@@ -258,29 +259,6 @@ def _tool_call_shown(r: ToolCallRecord) -> dict[str, Any]:
     }
 
 
-class PendingApprovalStatus(OrdoModel):
-    """A tool call waiting for a human decision (never its arguments: `ordo approvals TASK`
-    reads them, with their digest, from the ConfigMap `ordo-approval-<task uid>`)."""
-
-    call_id: Annotated[str, Field(max_length=256)]
-    """The provider's call id: what a ToolApproval's `spec.callId` names."""
-    tool: Annotated[str, Field(max_length=128)]
-    """The name the model used."""
-    step: Annotated[int, Field(ge=1)]
-    """Step that requested the call."""
-    requested_at: str | None = None
-    """When the run stopped for it (RFC 3339)."""
-    deadline: str | None = None
-    """When it counts as rejected (`ApprovalTimedOut`) without a decision (RFC 3339)."""
-    required_approvals: Annotated[int, Field(ge=2, le=MAX_REQUIRED_APPROVALS)] | None = None
-    """Distinct approvers the call needs, when more than one."""
-    requester_excluded: bool | None = None
-    """`true`: the Task's requester (annotation `ordo.dev/requested-by`) cannot approve it."""
-
-
-MAX_PENDING_APPROVALS = 64
-
-
 class TaskLease(OrdoModel):
     """The execution lease of a running Task, kept in its status: which process runs it, and
     until when others must not take it over (while the holder's process Lease is renewed,
@@ -362,6 +340,8 @@ class TaskStatus(OrdoModel):
         Annotated[list[PendingApprovalStatus], Field(max_length=MAX_PENDING_APPROVALS)] | None
     ) = None
     """Tool calls waiting for a human decision while condition `AwaitingApproval` is True."""
+    children: Annotated[list[ChildTaskStatus], Field(max_length=MAX_CHILDREN)] | None = None
+    """The child Tasks this Task started (docs/concepts.md#trees), while they run and after."""
     lease: TaskLease | None = None
     """The execution lease while the Task runs (renewed every third of its duration)."""
     trace_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None

@@ -10,6 +10,7 @@ from pydantic import Field, WithJsonSchema, field_validator
 from .base import (
     CelRule,
     JsonValue,
+    Name,
     OrdoModel,
     PositiveDuration,
     Resource,
@@ -19,7 +20,7 @@ from .base import (
 from .jsonschemas import user_schema
 from .toolapproval import MAX_REQUIRED_APPROVALS
 
-ToolType = Literal["http", "mcp", "mock"]
+ToolType = Literal["http", "mcp", "mock", "agent"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -100,6 +101,23 @@ class MockToolResult(OrdoModel):
     """If set, every call fails with this error (a `ToolError` result the model sees)."""
 
 
+class AgentToolTarget(OrdoModel):
+    """The Agent a call delegates to: each call creates one child Task of that Agent, owned
+    by the calling Task (docs/concepts.md#trees)."""
+
+    ref: Name
+    """An Agent in the Tool's namespace."""
+
+
+AGENT_TOOL_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "What to ask the agent."}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+"""The input schema of an `agent` Tool without its own: one string, the child Task's input."""
+
+
 class ToolApprovalRequirement(OrdoModel):
     """A human must approve each call of this Tool before it runs (docs/governance.md): the
     Task waits, holding no slot, until a ToolApproval approves or rejects the call."""
@@ -124,7 +142,8 @@ class ToolSpec(OrdoModel):
     """Desired state of a Tool."""
 
     type: ToolType
-    """`http`, `mcp`, or `mock` (a canned result, no network: for offline examples and tests)."""
+    """`http`, `mcp`, `mock` (a canned result, no network: for offline examples and tests), or
+    `agent` (each call runs another Agent as a child Task: docs/concepts.md#trees)."""
     description: Annotated[str, Field(max_length=4096)] | None = None
     """What the tool does; shown to the model."""
     input_schema: ObjectSchema | None = None
@@ -135,6 +154,10 @@ class ToolSpec(OrdoModel):
     """Settings for `type: mcp`."""
     mock: MockToolResult | None = None
     """Settings for `type: mock`."""
+    agent: AgentToolTarget | None = None
+    """Settings for `type: agent`: the Agent each call runs as a child Task (input schema
+    `{input: string}` unless `inputSchema` is set: then the arguments, as JSON, are the
+    child's input). The child's limits are narrowed to what the caller has left."""
     timeout: PositiveDuration = "30s"
     """Deadline of one call."""
     risk_level: RiskLevel = "low"
@@ -158,9 +181,20 @@ class ToolSpec(OrdoModel):
             check=lambda s: s.type != "mcp" or s.mcp is not None,
         ),
         CelRule(
-            rule="[has(self.http), has(self.mcp), has(self.mock)].filter(x, x).size() <= 1",
-            message="set only one of spec.http, spec.mcp and spec.mock",
-            check=lambda s: sum(x is not None for x in (s.http, s.mcp, s.mock)) <= 1,
+            rule="[has(self.http), has(self.mcp), has(self.mock), has(self.agent)]"
+            ".filter(x, x).size() <= 1",
+            message="set only one of spec.http, spec.mcp, spec.mock and spec.agent",
+            check=lambda s: sum(x is not None for x in (s.http, s.mcp, s.mock, s.agent)) <= 1,
+        ),
+        CelRule(
+            rule="self.type != 'agent' || has(self.agent)",
+            message="an agent Tool needs spec.agent.ref",
+            check=lambda s: s.type != "agent" or s.agent is not None,
+        ),
+        CelRule(
+            rule="self.type == 'agent' || !has(self.agent)",
+            message="spec.agent is only valid with type agent",
+            check=lambda s: s.agent is None or s.type == "agent",
         ),
         CelRule(
             rule="(self.type == 'http') == has(self.http) || !has(self.http)",

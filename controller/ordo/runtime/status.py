@@ -17,9 +17,7 @@ from ..api.guardrail import MAX_GUARDRAIL_RECORDS, GuardrailRecord
 from ..api.phases import TerminalPhase
 from ..api.task import (
     MAX_OUTPUT_CHARS,
-    MAX_PENDING_APPROVALS,
     MAX_TOOL_CALL_RECORDS,
-    PendingApprovalStatus,
     Reason,
     TaskStatus,
     ToolCallRecord,
@@ -27,6 +25,7 @@ from ..api.task import (
 )
 from ..api.toolapproval import MAX_APPROVER_CHARS
 from ..api.usage import Usage
+from ..api.waits import MAX_PENDING_APPROVALS, PendingApprovalStatus
 from ..engine.jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from ..engine.state import RunState
 from ..engine.state import ToolCallRecord as EngineRecord
