@@ -170,3 +170,80 @@ def test_task_skill_is_checked_against_its_agent(
 def test_examples_still_validate(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _validate(capsys, "-f", str(QUICKSTART), str(ROOT / "examples" / "governance"))
     assert code == 0, err
+
+
+def _delegating_agent(name: str, *tools: str) -> str:
+    listed = ", ".join(tools)
+    return f"""\
+apiVersion: ordo.dev/v1alpha1
+kind: Agent
+metadata:
+  name: {name}
+spec:
+  modelRef: m
+  tools: [{listed}]
+"""
+
+
+def _agent_tool(name: str, target: str) -> str:
+    return f"""\
+apiVersion: ordo.dev/v1alpha1
+kind: Tool
+metadata:
+  name: {name}
+spec:
+  type: agent
+  agent: {{ref: {target}}}
+"""
+
+
+def test_an_agent_tool_naming_no_agent_in_the_set_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path, "endpoint.yaml", ENDPOINT.format(model="one"))
+    _write(tmp_path, "writer.yaml", _delegating_agent("writer", "ask-researcher"))
+    _write(tmp_path, "tool.yaml", _agent_tool("ask-researcher", "researcher"))
+    code, err = _validate(capsys, "-f", str(tmp_path))
+    assert code == 0, err
+    assert (
+        "warning: " in err
+        and "Tool/ask-researcher: spec.agent.ref: Agent 'researcher' is not in the given manifests"
+        in err
+    )
+    _write(tmp_path, "researcher.yaml", _delegating_agent("researcher"))
+    code, err = _validate(capsys, "-f", str(tmp_path))
+    assert code == 0 and "researcher' is not in" not in err, err
+
+
+def test_agents_that_delegate_in_a_cycle_are_a_warning_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path, "endpoint.yaml", ENDPOINT.format(model="one"))
+    _write(tmp_path, "a.yaml", _delegating_agent("a", "ask-b"))
+    _write(tmp_path, "b.yaml", _delegating_agent("b", "ask-c"))
+    _write(tmp_path, "c.yaml", _delegating_agent("c"))
+    _write(tmp_path, "tools.yaml", _agent_tool("ask-b", "b") + "---\n" + _agent_tool("ask-c", "c"))
+    code, err = _validate(capsys, "-f", str(tmp_path))
+    assert code == 0 and "cycle" not in err, err  # a chain is not a cycle
+    # c delegates back to a: one warning, on the first Agent, naming the whole cycle.
+    _write(tmp_path, "c.yaml", _delegating_agent("c", "ask-a"))
+    _write(tmp_path, "tool-a.yaml", _agent_tool("ask-a", "a"))
+    code, err = _validate(capsys, "-f", str(tmp_path))
+    assert code == 0, err
+    assert err.count("delegate in a cycle") == 1, err
+    assert (
+        "Agent/a: spec.tools[0]: Agents delegate in a cycle: a -> b -> c -> a "
+        "(through the agent Tools ask-b, ask-c, ask-a)" in err
+    )
+
+
+def test_an_agent_delegating_to_itself_is_a_cycle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path, "endpoint.yaml", ENDPOINT.format(model="one"))
+    _write(tmp_path, "a.yaml", _delegating_agent("a", "ask-b", "ask-a"))
+    _write(tmp_path, "b.yaml", _delegating_agent("b"))
+    _write(tmp_path, "tools.yaml", _agent_tool("ask-a", "a") + "---\n" + _agent_tool("ask-b", "b"))
+    (problem,) = manifests.check_delegation_cycles(manifests.load([str(tmp_path)]))
+    assert problem.severity == "warning" and problem.field == "spec.tools[1]"
+    assert "a -> a (through the agent Tools ask-a)" in problem.message

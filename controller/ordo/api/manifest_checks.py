@@ -1,7 +1,7 @@
 """Checks across a set of manifests, after each document parsed: duplicate definitions,
 references to objects not in the set, a Task's limits wider than its Agent's, a Task's skill
-its Agent does not have. `references` lists what one object refers to (also used by the
-operator's Ready verdicts).
+its Agent does not have, Agents that delegate in a cycle. `references` lists what one object
+refers to (also used by the operator's Ready verdicts).
 """
 
 from __future__ import annotations
@@ -185,12 +185,83 @@ def check_limits(mset: ManifestSet) -> list[Problem]:
     return problems
 
 
+def check_delegation_cycles(mset: ManifestSet) -> list[Problem]:
+    """Warn where Agents of the set delegate in a cycle (Agent a lists an `agent` Tool that
+    runs b, b one that runs a; or a one that runs a itself): a Task would be denied
+    `DelegationCycle` at the call that closes it (docs/concepts.md#trees). One warning per
+    cycle, on the first Agent of it (by name), naming the Agents and the Tools."""
+    from .agent import Agent
+    from .tool import Tool
+
+    targets = {
+        (obj.namespace, obj.name): obj.spec.agent.ref
+        for _, obj in mset.objects
+        if isinstance(obj, Tool) and obj.spec.agent is not None
+    }
+    agents = {
+        (obj.namespace, obj.name): (doc, obj) for doc, obj in mset.objects if isinstance(obj, Agent)
+    }
+    # edges[agent] = [(tool, target agent, index in spec.tools)], Agents of the set only
+    edges: dict[tuple[str, str], list[tuple[str, tuple[str, str], int]]] = {}
+    for key, (_, agent) in agents.items():
+        for i, tool in enumerate(agent.spec.tools or []):
+            target = targets.get((key[0], tool))
+            if target is not None and (key[0], target) in agents:
+                edges.setdefault(key, []).append((tool, (key[0], target), i))
+    problems = []
+    reported: set[frozenset[tuple[str, str]]] = set()
+    for start in sorted(edges):
+        cycle = _cycle_from(start, edges)
+        if cycle is None or frozenset(a for a, _, _ in cycle) in reported:
+            continue
+        reported.add(frozenset(a for a, _, _ in cycle))
+        doc, _ = agents[start]
+        path = " -> ".join([*(a[1] for a, _, _ in cycle), start[1]])
+        tools = ", ".join(tool for _, tool, _ in cycle)
+        problems.append(
+            Problem(
+                doc,
+                f"spec.tools[{cycle[0][2]}]",
+                f"Agents delegate in a cycle: {path} (through the agent Tools {tools}); "
+                "a Task is denied DelegationCycle at the call that closes it",
+                severity="warning",
+            )
+        )
+    return problems
+
+
+def _cycle_from(
+    start: tuple[str, str], edges: dict[tuple[str, str], list[tuple[str, tuple[str, str], int]]]
+) -> list[tuple[tuple[str, str], str, int]] | None:
+    """The first cycle back to `start` (a depth-first search, edges in order): the steps
+    (agent, tool, index of that tool in the agent's spec.tools), or None."""
+    stack: list[tuple[tuple[str, str], int]] = [(start, 0)]
+    path: list[tuple[tuple[str, str], str, int]] = []
+    visited = {start}
+    while stack:
+        node, nxt = stack.pop()
+        del path[len(stack) :]
+        out = edges.get(node, [])
+        if nxt >= len(out):
+            continue
+        stack.append((node, nxt + 1))
+        tool, target, index = out[nxt]
+        if target == start:
+            return [*path, (node, tool, index)]
+        if target not in visited:
+            visited.add(target)
+            path.append((node, tool, index))
+            stack.append((target, 0))
+    return None
+
+
 def references(obj: Resource) -> list[tuple[str, str, str]]:
     """(field path, kind, name) of every reference an object makes to another ordo object."""
     from .agent import Agent
     from .guardrail import Guardrail
     from .rbac import ToolPermission
     from .task import Task
+    from .tool import Tool
 
     refs: list[tuple[str, str, str]] = []
     if isinstance(obj, Agent):
@@ -205,6 +276,8 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
             refs.append((f"spec.guardrails[{i}]", "Guardrail", guardrail))
     elif isinstance(obj, Task):
         refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
+    elif isinstance(obj, Tool) and obj.spec.agent is not None:
+        refs.append(("spec.agent.ref", "Agent", obj.spec.agent.ref))
     elif isinstance(obj, ToolPermission):
         refs.append(("spec.toolRef", "Tool", obj.spec.tool_ref))
     elif isinstance(obj, Guardrail) and obj.spec.model is not None:

@@ -20,6 +20,7 @@ from . import API_VERSION, KINDS, Resource
 from .base import DNS1123_SUBDOMAIN
 from .manifest_checks import (
     check_credentials,
+    check_delegation_cycles,
     check_duplicates,
     check_limits,
     check_references,
@@ -43,6 +44,7 @@ __all__ = [
     "ManifestSet",
     "Problem",
     "check_credentials",
+    "check_delegation_cycles",
     "check_duplicates",
     "check_limits",
     "check_references",
@@ -221,5 +223,6 @@ def load(paths: Iterable[str]) -> ManifestSet:
     result.problems.extend(check_references(result))
     result.problems.extend(check_limits(result))
     result.problems.extend(check_skills(result))
+    result.problems.extend(check_delegation_cycles(result))
     result.problems.extend(check_credentials(result))
     return result
