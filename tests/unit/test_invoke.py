@@ -237,6 +237,65 @@ def test_summary_line() -> None:
     assert "MaxStepsExceeded" in REASONS
 
 
+def test_progress_lines_follow_child_tasks_never_their_content() -> None:
+    progress = invoke.Progress()
+    child = {"name": "report-3f9a0c21b4", "agent": "researcher", "callId": "c1"}
+    waiting = {"phase": "Running", "children": [{**child, "phase": "Pending"}]}
+    assert progress.update(waiting) == [
+        "phase Running",
+        "child task/report-3f9a0c21b4 (agent researcher): Pending",
+    ]
+    assert progress.update(waiting) == []
+    running = {"phase": "Running", "children": [{**child, "phase": "Running"}]}
+    assert progress.update(running) == ["child task/report-3f9a0c21b4 (agent researcher): Running"]
+    asks = {
+        "phase": "Running",
+        "children": [{**child, "phase": "Running", "awaitingApproval": True}],
+    }
+    assert progress.update(asks) == [
+        "child task/report-3f9a0c21b4 waits for an approval (ordo approvals report-3f9a0c21b4)"
+    ]
+    assert progress.update(asks) == []
+    second = {"name": "report-77aa0c21b4", "agent": "critic", "phase": None}
+    ended = {
+        "phase": "Running",
+        "output": "CANARY-output",
+        "children": [
+            {**child, "phase": "Failed", "reason": "ToolDenied", "tokens": 120},
+            second,
+            "not a child",
+        ],
+    }
+    lines = progress.update(ended)
+    assert lines == [
+        "child task/report-3f9a0c21b4 (agent researcher): Failed: ToolDenied, 120 tokens",
+        "child task/report-77aa0c21b4 (agent critic): Pending",
+    ]
+    assert not any("CANARY" in line for line in lines)
+
+
+def test_the_final_summary_lists_the_children() -> None:
+    assert invoke.children_summary({"phase": "Succeeded"}) == []
+    assert invoke.children_summary({"phase": "Succeeded", "children": "garbage"}) == []
+    status = {
+        "phase": "Succeeded",
+        "children": [
+            {
+                "name": "r-1",
+                "agent": "researcher",
+                "phase": "Succeeded",
+                "reason": "Succeeded",
+                "tokens": 80,
+            },
+            {"name": "r-2", "agent": "critic", "phase": "Cancelled", "reason": "Cancelled"},
+        ],
+    }
+    assert invoke.children_summary(status) == [
+        "  child task/r-1 (agent researcher): Succeeded, 80 tokens",
+        "  child task/r-2 (agent critic): Cancelled",
+    ]
+
+
 def closed_stdin_invoke(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """`ordo invoke` with file descriptor 0 closed (a CI job, `<&-`): `sys.stdin` is None,
     against an API server that refuses connections."""

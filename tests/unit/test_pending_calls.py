@@ -14,7 +14,7 @@ import httpx
 import kopf
 import pytest
 
-from ordo.cli.approvals import Refused, decide, list_calls
+from ordo.cli.approvals import Refused, children_waiting, decide, list_calls, text_listing
 from ordo.engine.approvals import PendingApproval, args_digest
 from ordo.engine.state import RunState
 from ordo.engine.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
@@ -310,3 +310,48 @@ async def test_without_a_user_name_approve_is_refused_and_reject_goes_ahead() ->
         await approving(api)
     assert "approvedBy" not in await approving(api, "Reject")
     assert (await approving(api, approved_by="me"))["approvedBy"] == "me"
+
+
+# -- a parent whose children wait: ordo approvals names the child --------------------------------
+
+
+def with_children(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the children a parent's status lists: one waits for an approval, one ran,
+    one ended while the flag was still set (not shown)."""
+    body["status"]["children"] = [
+        {"name": "t-aa11", "agent": "researcher", "phase": "Running", "awaitingApproval": True},
+        {"name": "t-bb22", "agent": "critic", "phase": "Running"},
+        {"name": "t-cc33", "agent": "critic", "phase": "Succeeded", "awaitingApproval": True},
+    ]
+    return body
+
+
+async def test_ordo_approvals_names_the_child_that_waits() -> None:
+    api = ConfigMaps()
+    api.tasks["t"] = with_children(task())
+    assert children_waiting(api.tasks["t"]) == ["t-aa11"]
+    assert children_waiting(task()) == [] and children_waiting({"status": {"children": 3}}) == []
+    calls = await listing(api)
+    assert calls == []
+    assert text_listing("t", calls, ["t-aa11"]) == [
+        "Task t waits for no tool-call approval of its own",
+        "child Task t-aa11 waits for an approval: ordo approvals t-aa11",
+    ]
+    assert text_listing("t", [], []) == ["Task t waits for no tool-call approval"]
+    # Its own calls first, then the children's.
+    state = waiting_state(c1={"target": "prod"})
+    api = await published_api(state)
+    lines = text_listing("t", await listing(api), ["t-aa11"])
+    assert lines[0].startswith("c1  tool=deploy  step=2") and lines[1].startswith("  digest: ")
+    assert lines[-1] == "child Task t-aa11 waits for an approval: ordo approvals t-aa11"
+
+
+async def test_deciding_on_a_parent_names_the_child_that_waits() -> None:
+    api = ConfigMaps()
+    api.tasks["t"] = with_children(task())
+    with pytest.raises(Refused) as refused:
+        await approving(api)
+    assert str(refused.value) == (
+        "Task 't' does not wait for call 'c1' (waiting: none); "
+        "child Task t-aa11 waits for an approval: ordo approvals t-aa11"
+    )

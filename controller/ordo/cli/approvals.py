@@ -9,7 +9,9 @@ refused (shown as forged, without arguments). The arguments are never in the Tas
 the API server knows them (`spec.approvedBy`, from a SelfSubjectReview; the chart's admission
 policy refuses any other name). `approve` / `reject` create a
 ToolApproval naming the Task and the call, as the caller: requesters and approvers can be
-different people. Also `kubectl ordo approvals|approve|reject`.
+different people. A child Task's calls are decided on the child (docs/concepts.md#trees): for a
+parent whose children wait (`status.children[].awaitingApproval`) both commands name the child
+to look at. Also `kubectl ordo approvals|approve|reject`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, TextIO
 import kopf
 
 from ..api import GROUP, VERSION
+from ..api.phases import TERMINAL_PHASES
 from ..engine.approvals import PendingApproval
 from ..operator.kube.auth import KubeconfigError, connect
 from ..operator.kube.client import ApiError, KubeClient
@@ -87,7 +90,11 @@ async def list_calls(kube: KubeClient, namespace: str, name: str) -> list[dict[s
     """The waiting calls: id, tool, step, deadline and, from the Task's published calls
     (operator/tasks/pendingcalls.py), the arguments and their digest. A call whose published
     digest is not the digest of its published arguments is shown without either, as forged."""
-    task = await _task(kube, namespace, name)
+    return await calls_of(kube, await _task(kube, namespace, name))
+
+
+async def calls_of(kube: KubeClient, task: dict[str, Any]) -> list[dict[str, Any]]:
+    """`list_calls` of a Task already read."""
     pending = pending_of(task)
     published: dict[str, pendingcalls.Published] = {}
     note = None
@@ -99,6 +106,30 @@ async def list_calls(kube: KubeClient, namespace: str, name: str) -> list[dict[s
         except pendingcalls.Unavailable as exc:
             note = f"arguments unavailable: {exc}"
     return [_shown(p, published.get(p.call_id), note) for p in pending]
+
+
+def children_waiting(task: dict[str, Any]) -> list[str]:
+    """The child Tasks that wait for a decision on one of their own calls, as the parent's
+    `status.children` lists them (the operator keeps it current while the parent waits)."""
+    status = task.get("status")
+    children = status.get("children") if isinstance(status, dict) else None
+    if not isinstance(children, list):
+        return []
+    return [
+        str(child["name"])
+        for child in children
+        if isinstance(child, dict)
+        and isinstance(child.get("name"), str)
+        and child.get("awaitingApproval") is True
+        and child.get("phase") not in TERMINAL_PHASES
+    ]
+
+
+def children_hint(children: list[str]) -> str:
+    """Where a parent's approvals are, when its children wait for them."""
+    return "; ".join(
+        f"child Task {name} waits for an approval: ordo approvals {name}" for name in children
+    )
 
 
 def _shown(
@@ -131,6 +162,30 @@ def _shown(
     return shown
 
 
+def text_listing(task: str, calls: list[dict[str, Any]], children: list[str]) -> list[str]:
+    """`ordo approvals TASK` as text: each waiting call (id, tool, step, deadline, digest,
+    arguments, note), then the children that wait for approvals of their own."""
+    lines = []
+    if not calls:
+        of_its_own = " of its own" if children else ""
+        lines.append(f"Task {task} waits for no tool-call approval{of_its_own}")
+    for c in calls:
+        lines.append(
+            f"{c['callId']}  tool={c['tool']}  step={c['step']}  "
+            f"deadline={c['deadline'] or 'none'}"
+            + (f"  approvers={c['requiredApprovals']}" if "requiredApprovals" in c else "")
+            + ("  not-the-requester" if c.get("requesterExcluded") else "")
+        )
+        if "argsDigest" in c:
+            lines.append(f"  digest: {c['argsDigest']}")
+        if "arguments" in c:
+            lines.append("  " + json.dumps(c["arguments"], indent=2).replace("\n", "\n  "))
+        if "note" in c:
+            lines.append(f"  ({c['note']})")
+    lines.extend(children_hint([name]) for name in children)
+    return lines
+
+
 async def decide(
     kube: KubeClient,
     namespace: str,
@@ -149,7 +204,11 @@ async def decide(
     waiting = [p.call_id for p in pending_of(task)]
     if call_id not in waiting:
         shown = ", ".join(waiting) or "none"
-        raise Refused(f"Task {task_name!r} does not wait for call {call_id!r} (waiting: {shown})")
+        children = children_waiting(task)
+        hint = f"; {children_hint(children)}" if children else ""
+        raise Refused(
+            f"Task {task_name!r} does not wait for call {call_id!r} (waiting: {shown}){hint}"
+        )
     spec: dict[str, Any] = {"taskRef": task_name, "callId": call_id, "decision": decision}
     if decision == "Approve":
         spec["argsDigest"] = await _approved_digest(kube, task, call_id, digest)
@@ -213,28 +272,16 @@ async def _run(args: argparse.Namespace, info: kopf.ConnectionInfo, out: TextIO)
     kube = KubeClient(info, max_connections=2)
     try:
         if args.action == "list":
-            calls = await list_calls(kube, namespace, args.task)
+            task = await _task(kube, namespace, args.task)
+            calls = await calls_of(kube, task)
+            children = children_waiting(task)
             if args.output == "json":
                 json.dump(calls, out, indent=2)
                 out.write("\n")
-            elif not calls:
-                print(f"Task {args.task} waits for no tool-call approval", file=out)
-            for c in calls if args.output == "text" else []:
-                print(
-                    f"{c['callId']}  tool={c['tool']}  step={c['step']}  "
-                    f"deadline={c['deadline'] or 'none'}"
-                    + (f"  approvers={c['requiredApprovals']}" if "requiredApprovals" in c else "")
-                    + ("  not-the-requester" if c.get("requesterExcluded") else ""),
-                    file=out,
-                )
-                if "argsDigest" in c:
-                    print(f"  digest: {c['argsDigest']}", file=out)
-                if "arguments" in c:
-                    print(
-                        "  " + json.dumps(c["arguments"], indent=2).replace("\n", "\n  "), file=out
-                    )
-                if "note" in c:
-                    print(f"  ({c['note']})", file=out)
+                for name in children:  # stdout stays the calls' JSON
+                    print(children_hint([name]), file=sys.stderr)
+            else:
+                out.write("".join(line + "\n" for line in text_listing(args.task, calls, children)))
             return EXIT_REFUSED if any(c.get("forged") for c in calls) else EXIT_OK
         created = await decide(
             kube,

@@ -2,8 +2,9 @@
 
 Creates a Task (`generateName: <agent>-`) through the Kubernetes API (kubeconfig like kubectl,
 or the in-cluster ServiceAccount), follows it with a watch (a GET every 0.5 s when the watch
-is forbidden), writes progress to stderr (phase, step, tool decisions: never content) and the
-final output to stdout, and exits with a code that says how the Task ended (`invokeargs.EXIT_CODES`).
+is forbidden), writes progress to stderr (phase, step, tool decisions, child Tasks' phases:
+never content) and the final output to stdout, and exits with a code that says how the Task
+ended (`invokeargs.EXIT_CODES`). A Task that delegated lists its children at the end.
 
 Also installed as `kubectl-ordo`, so `kubectl ordo invoke ...` runs the same command.
 """
@@ -41,7 +42,7 @@ from .invokeargs import (
     task_manifest,
     timeout_seconds,
 )
-from .taskwatch import Progress, summary, task_updates, watch_client
+from .taskwatch import Progress, children_summary, summary, task_updates, watch_client
 
 __all__ = [
     "EXIT_CANCELLED",
@@ -55,6 +56,7 @@ __all__ = [
     "KubeconfigError",
     "Progress",
     "add_arguments",
+    "children_summary",
     "exit_code",
     "kubeconfig_login",
     "read_input",
@@ -245,6 +247,8 @@ class Invocation:
             return self.stop.exit_code() if cancelled else EXIT_CANCELLED
         status = final.get("status") or {}
         self.note(f"task/{name} {summary(status)}")
+        for line in children_summary(status):
+            self.note(line)
         self._print(status)
         if cancelled:
             return self.stop.exit_code()

@@ -44,13 +44,14 @@ def watch_client(info: kopf.ConnectionInfo, keep: list[Any]) -> httpx.AsyncClien
 
 
 class Progress:
-    """Progress lines from successive statuses: phase, step, tool decisions and outcomes (never
-    arguments, results or output)."""
+    """Progress lines from successive statuses: phase, step, tool decisions and outcomes, child
+    Tasks' phases (never arguments, results or output)."""
 
     def __init__(self) -> None:
         self.phase: str | None = None
         self.step = 0
         self.calls: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        self.children: dict[str, tuple[Any, bool]] = {}
 
     def update(self, status: dict[str, Any]) -> list[str]:
         lines: list[str] = []
@@ -77,11 +78,53 @@ class Progress:
             if now[1] and now[1] != before[1]:
                 error = f" ({record['error']})" if record.get("error") else ""
                 lines.append(f"{where} {now[1]}{error}")
+        lines.extend(self._children(status))
         step = status.get("step")
         if isinstance(step, int) and step > self.step:
             self.step = step
             lines.append(f"step {step} done")
         return lines
+
+    def _children(self, status: dict[str, Any]) -> list[str]:
+        """A line for each child Task (`status.children`, docs/concepts.md#trees) whose phase
+        or wait for an approval changed since the last status."""
+        lines = []
+        for child in _children_of(status):
+            name = child["name"]
+            now = (child.get("phase") or "Pending", child.get("awaitingApproval") is True)
+            if self.children.get(name) == now:
+                continue
+            before = self.children.get(name, (None, False))
+            self.children[name] = now
+            if now[0] != before[0]:
+                lines.append(_child_line(child))
+            if now[1] and not before[1]:
+                lines.append(f"child task/{name} waits for an approval (ordo approvals {name})")
+        return lines
+
+
+def _children_of(status: dict[str, Any]) -> list[dict[str, Any]]:
+    children = status.get("children")
+    if not isinstance(children, list):
+        return []
+    return [c for c in children if isinstance(c, dict) and isinstance(c.get("name"), str)]
+
+
+def _child_line(child: dict[str, Any]) -> str:
+    """`child task/NAME (agent A): Phase[: Reason][, N tokens]`."""
+    phase = child.get("phase") or "Pending"
+    text = f"child task/{child['name']} (agent {child.get('agent')}): {phase}"
+    if child.get("reason") and child.get("reason") != phase:
+        text += f": {child['reason']}"
+    if child.get("tokens"):
+        text += f", {child['tokens']} tokens"
+    return text
+
+
+def children_summary(status: dict[str, Any]) -> list[str]:
+    """One line per child Task the Task started, how it ended (or where it is), for the end of
+    `ordo invoke`; none for a Task that delegated nothing."""
+    return ["  " + _child_line(child) for child in _children_of(status)]
 
 
 def summary(status: dict[str, Any]) -> str:
