@@ -78,7 +78,13 @@ def test_adding_usage_stays_a_plain_sum() -> None:
 def test_phases_have_one_definition() -> None:
     assert get_args(Phase) == ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
     assert set(get_args(phases.TerminalPhase)) == TERMINAL_PHASES
-    assert get_args(phases.RunPhase) == ("Succeeded", "Failed", "Cancelled", "AwaitingApproval")
+    assert get_args(phases.RunPhase) == (
+        "Succeeded",
+        "Failed",
+        "Cancelled",
+        "AwaitingApproval",
+        "AwaitingChildren",
+    )
     assert TERMINAL_PHASES is phases.TERMINAL_PHASES
 
 

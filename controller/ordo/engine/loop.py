@@ -29,9 +29,12 @@ Each step (`_Run.step`), while the verdict is `Continue`:
    non-idempotent tool is checkpointed before it starts), and its result guarded; a judge
    that takes the run over its token budget ends it `TokenBudgetExceeded`. A refusal under
    `onToolDenied: Fail` is `Finished(Failed, <the reason its refusal chose>)` (ToolDenied,
-   GuardrailViolation, ApprovalRejected, ApprovalTimedOut); calls that wait for a human are
-   `AwaitApproval`, or `Finished(Cancelled)` when a cancel request came; else the step is
-   checkpointed and finished: `Continue`.
+   GuardrailViolation, ApprovalRejected, ApprovalTimedOut, DelegationCycle,
+   DelegationDepthExceeded); an `agent` Tool's call starts its child Task
+   (engine/delegating.py), whose tokens join the run's when it ends (over the budget:
+   `TokenBudgetExceeded`); calls that wait for a human are `AwaitApproval`, calls that wait
+   only for child Tasks `AwaitChildren`, or `Finished(Cancelled)` when a cancel request
+   came; else the step is checkpointed and finished: `Continue`.
 
 The run's deadline (`timeout`, anchored at its first start: `elapsed`) cancels an in-flight
 model or tool call and is `Finished(Failed, Timeout)`; any other ordo error (a checkpoint that
@@ -39,7 +42,8 @@ cannot be written, ...) is `Finished(Failed, <its reason>)`. `LeaseLost` propaga
 execution owns the Task, this one ends without a verdict.
 
 Acting: `AwaitApproval` records when the wait began, checkpoints and returns the non-terminal
-`AwaitingApproval`; `Finished` answers every call still without a result (the transcript
+`AwaitingApproval`; `AwaitChildren` checkpoints and returns `AwaitingChildren` (the run's
+clock keeps running: its children's deadlines are inside it); `Finished` answers every call still without a result (the transcript
 stays well-formed), emits `RunFinished` and returns the RunResult. The output is the answer
 of a Succeeded run, else the last text, never when output guardrails exist (it did not pass
 them).
@@ -56,6 +60,7 @@ from ..api.task import Reason
 from ..errors import LeaseLost, OrdoError
 from . import approvals, livepolicy, verdicts
 from . import guardsteps as guard
+from .delegating import children_message
 from .events import (
     Checkpoint,
     Event,
@@ -75,7 +80,16 @@ from .stepcalls import complete_unless_cancelled, loop_deadline
 from .tooling import ToolBinding
 from .toolsteps import complete_pending, fill_unanswered, run_calls
 from .transcript import AssistantMessage, SystemMessage, UserMessage
-from .verdicts import AWAIT_APPROVAL, CONTINUE, AwaitApproval, Continue, Finished, StepVerdict
+from .verdicts import (
+    AWAIT_APPROVAL,
+    AWAIT_CHILDREN,
+    CONTINUE,
+    AwaitApproval,
+    AwaitChildren,
+    Continue,
+    Finished,
+    StepVerdict,
+)
 
 
 def initial_state(config: RunConfig) -> RunState:
@@ -149,7 +163,7 @@ class _Run:
     def cancel_requested(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
 
-    async def until_stopped(self, fresh: bool) -> AwaitApproval | Finished:
+    async def until_stopped(self, fresh: bool) -> AwaitApproval | AwaitChildren | Finished:
         """The opening, then steps until one stops the run."""
         verdict: StepVerdict = await self.opening(fresh)
         while isinstance(verdict, Continue):
@@ -163,10 +177,12 @@ class _Run:
             violation = await guard.check_input(self.guardrails, config, state, self.emit)
             if violation is not None:
                 return verdicts.guardrail_violation(violation)
-        denial = await complete_pending(config, state, self.tools, self.emit, self.guardrails)
+        denial = await complete_pending(
+            config, state, self.tools, self.emit, self.guardrails, self.deadline
+        )
         if denial is not None:
             return verdicts.denied(denial, public_tool_name(denial.record.tool, self.bound))
-        return self.waiting() if state.approvals else CONTINUE
+        return self.waiting() if state.approvals or state.waiting_children else CONTINUE
 
     async def step(self) -> StepVerdict:
         """One model call and the tool calls it asked for."""
@@ -194,11 +210,17 @@ class _Run:
             return stop
         calls = response.tool_calls
         denial = await run_calls(
-            calls, self.config, self.tools, state, self.emit, guardrails=self.guardrails
+            calls,
+            self.config,
+            self.tools,
+            state,
+            self.emit,
+            guardrails=self.guardrails,
+            deadline=self.deadline,
         )
         if denial is not None:
             return verdicts.denied(denial, public_tool_name(denial.record.tool, self.bound), step)
-        if state.approvals:
+        if state.approvals or state.waiting_children:
             return self.waiting()
         await self.emit(Checkpoint(state))
         await self.emit(StepFinished(state))
@@ -256,17 +278,21 @@ class _Run:
                 return verdicts.guardrail_violation(violation)
         return await verdicts.answered(self.config, text)
 
-    def waiting(self) -> AwaitApproval | Finished:
-        """Calls wait for a human decision; a cancel request ends the run instead (the
-        waiting calls are dropped)."""
+    def waiting(self) -> AwaitApproval | AwaitChildren | Finished:
+        """Calls wait for a human decision (that phase wins when both wait) or for child
+        Tasks; a cancel request ends the run instead (the waiting calls are dropped)."""
         if not self.cancel_requested():
-            return AWAIT_APPROVAL
+            return AWAIT_APPROVAL if self.state.approvals else AWAIT_CHILDREN
         self.state.approvals.clear()
         return verdicts.cancelled(self.state.step)
 
-    async def act(self, verdict: AwaitApproval | Finished) -> RunResult:
+    async def act(self, verdict: AwaitApproval | AwaitChildren | Finished) -> RunResult:
         """The one place a verdict that stops the run takes effect."""
         state = self.state
+        if isinstance(verdict, AwaitChildren):  # the run's clock keeps running meanwhile
+            await self.emit(Checkpoint(state))
+            message = children_message(state)
+            return await self.result("AwaitingChildren", "AwaitingChildren", message)
         if isinstance(verdict, AwaitApproval):
             state.awaiting_since = self.config.clock()
             await self.emit(Checkpoint(state))

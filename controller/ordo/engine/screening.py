@@ -35,7 +35,8 @@ class Screened:
     binding: ToolBinding | None = None
     ends_as: Reason = "ToolDenied"
     """The Task reason when this refusal ends the run (a `denied` record and `onToolDenied:
-    Fail`): ToolDenied (governance), GuardrailViolation, ApprovalRejected, ApprovalTimedOut."""
+    Fail`): ToolDenied (governance), GuardrailViolation, ApprovalRejected, ApprovalTimedOut,
+    DelegationCycle, DelegationDepthExceeded."""
     rule_approval: ApprovalRule | None = None
     """Set when an AgentPolicy tool rule requires a human approval of this call."""
     rule_notes: tuple[str, ...] = ()
@@ -96,6 +97,12 @@ async def screen_call(
         return _refuse(
             call, step, "denied", "NotOffered", f"error: {call.name} is not an available tool."
         )
+    if binding.agent is not None:  # a cycle or too deep: refused before any child exists
+        refusal = config.lineage.refusal(binding.agent.agent, config.max_delegation_depth)
+        if refusal is not None:
+            kind, why = refusal
+            refused = _refuse(call, step, "denied", f"{kind}: {why}", f"error: {why}.")
+            return replace(refused, ends_as=kind)
     if not binding.builtin and call.name in used:
         return _refuse(
             call,

@@ -11,6 +11,7 @@ from ..api.phases import RunPhase, TerminalPhase
 from ..api.task import Reason, ToolCallRecord
 from ..errors import OrdoError
 from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
+from .delegation import DEFAULT_MAX_DEPTH, ChildRecord, Delegator, Lineage
 from .governance import Governance, OnToolDenied, PolicyRefresh
 from .guardrails import GuardrailRecord
 from .toolrules import RuleSubject
@@ -58,6 +59,13 @@ class RunConfig:
     """Wall clock (epoch seconds) for approval requests and deadlines."""
     rule_subject: RuleSubject = field(default_factory=RuleSubject)
     """The Agent and the Task as AgentPolicy tool rules read them (`agent`, `task`)."""
+    delegator: Delegator | None = field(default=None, compare=False)
+    """Starts (or finds) the child Tasks of `agent` Tool calls (engine/delegating.py); None:
+    such a call gets an error result, delegation is not available here."""
+    lineage: Lineage = field(default_factory=lambda: Lineage("", ()))
+    """Where the Task sits in its tree: a call to an Agent on its chain is a cycle."""
+    max_delegation_depth: int = DEFAULT_MAX_DEPTH
+    """A Task at this depth (the root is 0) may not delegate."""
 
 
 @dataclass
@@ -85,6 +93,14 @@ class RunState:
     judge_calls: dict[str, int] = field(default_factory=dict)
     """Model calls of each judge guardrail so far, by name: `maxCallsPerTask` holds across a
     resume (engine/guardsteps.py)."""
+    children: dict[str, ChildRecord] = field(default_factory=dict)
+    """Every child Task the run started, by the call id that started it, pending or ended
+    (engine/delegating.py)."""
+
+    @property
+    def waiting_children(self) -> list[ChildRecord]:
+        """The children that have not ended (the run waits for them)."""
+        return [c for c in self.children.values() if not c.ended]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +125,9 @@ class RunState:
             **({"awaitingSince": self.awaiting_since} if self.awaiting_since is not None else {}),
             **({"pausedSeconds": self.paused_seconds} if self.paused_seconds else {}),
             **({"judgeCalls": dict(self.judge_calls)} if self.judge_calls else {}),
+            **(
+                {"children": [c.to_dict() for c in self.children.values()]} if self.children else {}
+            ),
         }
 
     @classmethod
@@ -141,6 +160,10 @@ class RunState:
             paused_seconds=float(d.get("pausedSeconds", 0.0)),
             # A checkpoint written before `judgeCalls` existed: no judge call counted yet.
             judge_calls={str(k): int(v) for k, v in (d.get("judgeCalls") or {}).items()},
+            # A checkpoint written before `children` existed: the run started none.
+            children={
+                c.key: c for c in (ChildRecord.from_dict(x) for x in d.get("children") or [])
+            },
         )
 
 

@@ -10,6 +10,7 @@ from ..errors import ToolFailure
 
 __all__ = [
     "MAX_CAUSE_CHARS",
+    "AgentTarget",
     "ResolvedTool",
     "ToolBinding",
     "ToolCallFailed",
@@ -59,6 +60,17 @@ class ToolExecutor(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentTarget:
+    """What an `agent` Tool's call delegates to (engine/delegating.py)."""
+
+    agent: str
+    """The Agent each call runs as a child Task."""
+    whole_arguments: bool = False
+    """The Tool has its own input schema: the arguments object is the child's input (else
+    the default schema's `input` string is)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolBinding:
     """A tool the run can offer: the model-visible name, its schema and how to execute it."""
 
@@ -74,6 +86,9 @@ class ToolBinding:
     engine/governance.py)."""
     idempotent: bool = False
     timeout: float | None = None
+    agent: AgentTarget | None = None
+    """Set for an `agent` Tool: a call starts a child Task through the run's delegator
+    instead of the executor (which answers that delegation is not available)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from ..api.task import ToolOutcome
 from ..errors import Interrupted
 from . import guardsteps as guard
+from .delegating import delegate, to_start
 from .events import (
     Checkpoint,
     Listener,
@@ -99,13 +100,20 @@ async def run_calls(
     *,
     resuming: bool = False,
     guardrails: Sequence[GuardrailBinding] = (),
+    deadline: float | None = None,
 ) -> Denial | None:
     """Screen and execute the tool calls of one response, appending exactly one result per
-    call (none for a call that waits for approval). Returns the denial when `onToolDenied:
-    Fail` must end the run."""
+    call (none for a call that waits for approval or for its child Task). Returns the denial
+    when `onToolDenied: Fail` must end the run. `deadline` (time.monotonic()) is the run's:
+    a child Task gets what is left of it."""
     by_name = {t.name: t for t in tools}
     seen: set[str] = set()
+    starting = to_start(calls, by_name, state)
     for call in calls:
+        started_child = call.id in state.children  # screened, guarded, approved before
+        sharing = len(starting)  # new children still to start, this call's included
+        if call.id in starting:
+            starting.remove(call.id)
         screened = await screen_call(
             call, state.step, config, by_name, state.used_tools, seen, state.usage
         )
@@ -118,6 +126,7 @@ async def run_calls(
             and screened.binding is not None
             and call.id in state.started_calls
             and not screened.binding.idempotent
+            and screened.binding.agent is None  # a child is found again, never repeated
         ):
             interrupted = replace(screened.record, outcome="interrupted")
             state.records.append(_attributed(interrupted, bound))
@@ -125,17 +134,18 @@ async def run_calls(
                 f"tool {screened.binding.object_name!r} may have run before the restart and is "
                 "not idempotent; it was not repeated"
             )
-        if screened.binding is not None and guardrails:  # guardrails: the arguments
+        if screened.binding is not None and guardrails and not started_child:  # the arguments
             call, refused = await guard.check_arguments(guardrails, call, config, state, emit)
             if refused is not None:
                 screened = Screened(*refused, ends_as="GuardrailViolation")
-        if screened.binding is not None:
+        if screened.binding is not None and not started_child:
             gated = await approval_gate(call, screened, config, state)
             if gated is None:
                 continue  # waits for a human decision: no result yet (approvals.py)
             screened = gated
         screened = replace(screened, record=_attributed(screened.record, bound))
-        await emit(ToolDecided(screened.record, offered=bound is not None))
+        if not started_child:
+            await emit(ToolDecided(screened.record, offered=bound is not None))
         if screened.binding is None:
             state.records.append(screened.record)
             assert screened.result is not None
@@ -143,7 +153,15 @@ async def run_calls(
             if screened.record.decision == "denied" and config.on_tool_denied == "Fail":
                 return Denial(screened.record, screened.ends_as)
             continue
-        record, result = await _execute(screened, call, state, emit)
+        if screened.binding.agent is not None and config.delegator is not None:
+            done = await delegate(
+                call, screened, config, state, emit, deadline=deadline, starting=sharing
+            )
+            if done is None:
+                continue  # waits for its child Task: no result yet (delegating.py)
+            record, result = done
+        else:
+            record, result = await _execute(screened, call, state, emit)
         withheld = False
         if guardrails:  # guardrails: the result, before the model sees it
             record, result, withheld = await guard.check_result(
@@ -155,7 +173,7 @@ async def run_calls(
             state.used_tools.add(call.name)
         if withheld and config.on_tool_denied == "Fail":
             return Denial(record, "GuardrailViolation")
-        guard.enforce_budget(config.token_budget, state)  # a result judge's tokens
+        guard.enforce_budget(config.token_budget, state)  # a result judge's, a child's tokens
     return None
 
 
@@ -183,18 +201,27 @@ async def complete_pending(
     tools: Sequence[ToolBinding],
     emit: Listener,
     guardrails: Sequence[GuardrailBinding] = (),
+    deadline: float | None = None,
 ) -> Denial | None:
     """After a restart: finish the tool calls of the last step that have no result yet.
-    A call that may have started is repeated only if its tool is idempotent."""
+    A call that may have started is repeated only if its tool is idempotent; a call whose
+    child Task the state records asks its delegator again (create-or-get)."""
     pending = _unanswered(state)
     if not pending:
         return None
     answered = {r.call_id for r in state.records}
     pending = [c for c in pending if c.id not in answered]
     denied = await run_calls(
-        pending, config, tools, state, emit, resuming=True, guardrails=guardrails
+        pending,
+        config,
+        tools,
+        state,
+        emit,
+        resuming=True,
+        guardrails=guardrails,
+        deadline=deadline,
     )
-    if denied is None and not state.approvals:
+    if denied is None and not state.approvals and not state.waiting_children:
         await emit(Checkpoint(state))
         await emit(StepFinished(state))
     return denied

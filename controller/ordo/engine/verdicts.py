@@ -4,6 +4,8 @@
 - `Continue`: every tool call of the step has its result; checkpoint, call the model again.
 - `AwaitApproval`: calls wait for a human decision (engine/approvals.py); checkpoint and
   stop, not terminal.
+- `AwaitChildren`: calls wait for their child Tasks (engine/delegating.py), none for a human;
+  checkpoint and stop, not terminal.
 - `Finished(phase, reason, message, structured, error)`: the run ends here.
 
 The functions below decide the `Finished` of each exit, so that every Task reason the engine
@@ -26,8 +28,10 @@ from .state import RunConfig, RunState, TerminalPhase, ToolCallRecord
 
 __all__ = [
     "AWAIT_APPROVAL",
+    "AWAIT_CHILDREN",
     "CONTINUE",
     "AwaitApproval",
+    "AwaitChildren",
     "Continue",
     "Denial",
     "Finished",
@@ -56,6 +60,12 @@ class AwaitApproval:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitChildren:
+    """Calls wait for their child Tasks (`RunState.children`), none for a human: checkpoint
+    and stop; the run resumes once a child ends (not terminal)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """The run ends: its phase, Task reason and status message; the structured output of a
     valid answer; the ordo error that ended it, if one did."""
@@ -67,16 +77,17 @@ class Finished:
     error: OrdoError | None = field(default=None, compare=False)
 
 
-StepVerdict = Continue | AwaitApproval | Finished
+StepVerdict = Continue | AwaitApproval | AwaitChildren | Finished
 CONTINUE = Continue()
 AWAIT_APPROVAL = AwaitApproval()
+AWAIT_CHILDREN = AwaitChildren()
 
 
 @dataclass(frozen=True, slots=True)
 class Denial:
     """A refused call that ends the run (`onToolDenied: Fail`): its record, and the Task
     reason its refusal chose (ToolDenied, GuardrailViolation, ApprovalRejected,
-    ApprovalTimedOut)."""
+    ApprovalTimedOut, DelegationCycle, DelegationDepthExceeded)."""
 
     record: ToolCallRecord
     ends_as: Reason

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..api import Task
 from ..engine.approvals import ApprovalDecider, resume_pause
+from ..engine.delegation import Delegator
 from ..engine.events import Listener
 from ..engine.loop import initial_state, run_agent
 from ..engine.state import RunState
@@ -55,6 +56,12 @@ class Prepared:
     """Finds human decisions on calls that need approval (engine/approvals.py)."""
     approval_timeout: float | None = None
     """Default seconds a call waits for a decision (None: the engine's default, 24h)."""
+    delegator: Delegator | None = None
+    """Starts the run's child Tasks (`agent` Tool calls): the operator's makes Task objects,
+    `ordo run`'s runs them in process. None: such a call gets an error result."""
+    max_delegation_depth: int | None = None
+    """The front end's delegation depth limit (the operator's `--max-delegation-depth`;
+    None: `DEFAULT_MAX_DEPTH`); the policies' `maxDelegationDepth` narrows it."""
 
 
 Prepare = Callable[[Snapshot], Awaitable[Prepared]]
@@ -158,7 +165,12 @@ async def _run(
             return TaskOutcome(
                 "Failed", error.reason, error.message, snapshot=snapshot, error=error, state=resumed
             )
-        config = run_config(snapshot, elapsed=time.time() - anchor)
+        config = run_config(
+            snapshot,
+            elapsed=time.time() - anchor,
+            delegator=prepared.delegator,
+            max_delegation_depth=prepared.max_delegation_depth,
+        )
         if prepared.approval_timeout is not None:
             config = dataclasses.replace(config, approval_timeout=prepared.approval_timeout)
         config = dataclasses.replace(config, approval_decider=prepared.approval_decider)

@@ -19,7 +19,8 @@ __all__ = ["OutcomePhase", "TaskOutcome", "TerminalPhase", "internal_error"]
 
 log = logging.getLogger("ordo.run")
 OutcomePhase = RunPhase
-"""`AwaitingApproval` is not terminal: the run stopped to wait for a human decision."""
+"""`AwaitingApproval` and `AwaitingChildren` are not terminal: the run stopped to wait for a
+human decision, or for its child Tasks."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class TaskOutcome:
         return self.phase == "AwaitingApproval"
 
     @property
+    def awaiting_children(self) -> bool:
+        """The run stopped to wait for child Tasks, none for a human (not terminal;
+        result.state.children has them)."""
+        return self.phase == "AwaitingChildren"
+
+    @property
     def abandoned(self) -> bool:
         """The run stopped because another execution owns the Task: write nothing."""
         return isinstance(self.error, LeaseLost)
@@ -61,8 +68,8 @@ class TaskOutcome:
 
     def _status(self) -> TaskStatus:
         result, snapshot, phase = self.result, self.snapshot, self.phase
-        if phase == "AwaitingApproval":
-            raise ValueError("a run waiting for approval has no terminal status")
+        if phase == "AwaitingApproval" or phase == "AwaitingChildren":
+            raise ValueError(f"a run stopped {phase} has no terminal status")
         return status_mod.terminal(
             phase,
             self.reason,

@@ -290,6 +290,8 @@ class Limits:
     timeout: float
     """Seconds; always > 0."""
     token_budget: int | None
+    max_delegation_depth: int | None = None
+    """The smallest of the policies' `maxDelegationDepth` (None: none sets one)."""
 
 
 def _smallest(*values: int | None) -> int | None:
@@ -325,4 +327,5 @@ def effective_limits(agent: Agent, task: Task, policies: list[AgentPolicy]) -> L
     )
     if max_steps is None or max_steps < 1:
         raise ResolutionError("InvalidSpec", "maxSteps must be at least 1")
-    return Limits(max_steps=max_steps, timeout=min(seconds), token_budget=budget)
+    depth = _smallest(*(p.spec.max_delegation_depth for p in policies))
+    return Limits(max_steps, min(seconds), budget, depth)

@@ -204,6 +204,7 @@ async def resolve(task: Task, store: ObjectStore) -> Snapshot:
         max_steps=limits.max_steps,
         timeout=limits.timeout,
         token_budget=limits.token_budget,
+        max_delegation_depth=limits.max_delegation_depth,
         output_schema=output_schema,
         on_tool_denied=on_denied,
         policies=tuple(p.name for p in policies),

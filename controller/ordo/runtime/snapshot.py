@@ -62,6 +62,9 @@ class Snapshot:
     notes: list[str] = field(default_factory=list)
     guardrails: tuple[ResolvedGuardrail, ...] = ()
     """The Agent's Guardrails, in its order (runtime/guardrails.py)."""
+    max_delegation_depth: int | None = None
+    """The smallest of the selecting policies' `maxDelegationDepth` (None: none sets one);
+    the front end's limit narrows it further (runtime/wiring.py `run_config`)."""
     policy_refresh: PolicyRefresh | None = field(default=None, compare=False, repr=False)
     """Re-reads the governance objects at each step boundary (runtime/policies.py
     `live_policy`); the only part of a snapshot that is not frozen at resolution."""

@@ -25,7 +25,12 @@ from ..api.task import (
 )
 from ..api.toolapproval import MAX_APPROVER_CHARS
 from ..api.usage import Usage
-from ..api.waits import MAX_PENDING_APPROVALS, PendingApprovalStatus
+from ..api.waits import (
+    MAX_CHILDREN,
+    MAX_PENDING_APPROVALS,
+    ChildTaskStatus,
+    PendingApprovalStatus,
+)
 from ..engine.jsonsize import MAX_STRUCTURED_OUTPUT_BYTES, json_size
 from ..engine.state import RunState
 from ..engine.state import ToolCallRecord as EngineRecord
@@ -101,7 +106,25 @@ def progress(state: RunState) -> TaskStatus:
         tool_calls=[record_model(r) for r in records] if records else None,
         tool_calls_truncated=True if len(state.records) > MAX_TOOL_CALL_RECORDS else None,
         guardrails=guardrail_models(state),
+        children=children_status(state) or None,
     )
+
+
+def children_status(state: RunState) -> list[ChildTaskStatus]:
+    """The child Tasks the run started, as `status.children` (the oldest `MAX_CHILDREN`):
+    names, Agents, phases, reasons and tokens, never input or output."""
+    return [
+        ChildTaskStatus(
+            name=c.name,
+            agent=c.agent,
+            call_id=cap(c.key, MAX_CALL_ID_CHARS),
+            phase=c.phase,
+            reason=c.reason,
+            awaiting_approval=True if c.awaiting_approval and not c.ended else None,
+            tokens=max(c.tokens, 0),
+        )
+        for c in list(state.children.values())[:MAX_CHILDREN]
+    ]
 
 
 def guardrail_models(state: RunState) -> list[GuardrailRecord] | None:

@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from ..api.tool import AGENT_TOOL_INPUT_SCHEMA
+from ..engine.delegation import DEFAULT_MAX_DEPTH, Delegator, lineage_of
 from ..engine.model import ModelClient
 from ..engine.state import RunConfig
-from ..engine.tooling import ToolBinding
+from ..engine.tooling import AgentTarget, ResolvedTool, ToolBinding, ToolOutput
 from ..engine.toolrules import RuleSubject
 from .prompt import system_prompt, user_message
 from .snapshot import Snapshot
@@ -22,8 +24,18 @@ def default_model_factory(snapshot: Snapshot) -> ModelClient:
     return build_model_client(snapshot.endpoint, snapshot.api_key)
 
 
-def run_config(snapshot: Snapshot, *, elapsed: float = 0.0) -> RunConfig:
-    """The loop's configuration; `elapsed` seconds of the deadline are already spent."""
+def run_config(
+    snapshot: Snapshot,
+    *,
+    elapsed: float = 0.0,
+    delegator: Delegator | None = None,
+    max_delegation_depth: int | None = None,
+) -> RunConfig:
+    """The loop's configuration; `elapsed` seconds of the deadline are already spent.
+    `max_delegation_depth`: the front end's (the operator's `--max-delegation-depth`; None:
+    `DEFAULT_MAX_DEPTH`), narrowed by the policies' `maxDelegationDepth`."""
+    task = snapshot.task
+    depths = [max_delegation_depth or DEFAULT_MAX_DEPTH, snapshot.max_delegation_depth]
     return RunConfig(
         system_prompt=system_prompt(snapshot),
         user_message=user_message(snapshot.task),
@@ -41,6 +53,13 @@ def run_config(snapshot: Snapshot, *, elapsed: float = 0.0) -> RunConfig:
             snapshot.task.name,
             dict(snapshot.task.metadata.labels or {}),
         ),
+        delegator=delegator,
+        lineage=lineage_of(
+            task.name,
+            snapshot.agent.name,
+            {"labels": task.metadata.labels, "annotations": task.metadata.annotations},
+        ),
+        max_delegation_depth=min(d for d in depths if d is not None),
     )
 
 
@@ -50,7 +69,10 @@ async def tool_bindings(snapshot: Snapshot) -> tuple[list[ToolBinding], list[Any
     from ..tools import binding
     from ..tools.memory_tools import memory_bindings
 
-    bindings = [await binding(t) for t in snapshot.tools.values()]
+    bindings = [
+        agent_binding(t) if t.tool.spec.type == "agent" else await binding(t)
+        for t in snapshot.tools.values()
+    ]
     closers: list[Any] = []
     if snapshot.memory is not None:
         backend = await open_backend(snapshot.memory, snapshot.memory_secret)
@@ -59,6 +81,29 @@ async def tool_bindings(snapshot: Snapshot) -> tuple[list[ToolBinding], list[Any
             memory_bindings(backend, snapshot.memory_operations, snapshot.memory.spec.ingest)
         )
     return bindings, closers
+
+
+async def _no_delegation(arguments: dict[str, Any]) -> ToolOutput:
+    return ToolOutput("error: delegation is not available here", True, "DelegationUnavailable")
+
+
+def agent_binding(resolved: ResolvedTool) -> ToolBinding:
+    """An `agent` Tool's binding: its calls start child Tasks through the run's delegator
+    (engine/delegating.py); its input schema is its own or `{input: string}`. The target
+    Agent is read when a call is made (a missing one fails that child `AgentNotFound`)."""
+    spec = resolved.tool.spec
+    assert spec.agent is not None  # the Tool's rules require spec.agent for type agent
+    target = spec.agent.ref
+    return ToolBinding(
+        name=resolved.model_name,
+        object_name=resolved.tool.name,
+        description=spec.description
+        or f"Ask the agent {target}: it runs your input as its own task and returns its answer.",
+        parameters=spec.input_schema or AGENT_TOOL_INPUT_SCHEMA,
+        executor=_no_delegation,
+        idempotent=spec.idempotent,
+        agent=AgentTarget(target, whole_arguments=spec.input_schema is not None),
+    )
 
 
 async def close_quietly(resource: object) -> None:
