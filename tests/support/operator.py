@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -122,9 +123,20 @@ class OperatorProcess:
         self.proc = None
 
     def kill(self) -> None:
-        """SIGKILL: no cleanup at all, as when a node dies."""
+        """SIGKILL the control process: it cleans nothing up. Its worker children (--workers)
+        die with it (PR_SET_PDEATHSIG), but one may first see its stdin end and stop its runs
+        as at a shutdown (flush, release the Task's lease): see `kill_all` for a node's death."""
         assert self.proc is not None
         self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def kill_all(self) -> None:
+        """SIGKILL the control process and its workers at once (its process group), as when
+        its node dies: once this returns, no process of this operator writes anything more
+        (a request already on the wire may still land)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: it leads its group
         self.proc.wait()
         self.proc = None
 
