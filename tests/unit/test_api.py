@@ -43,6 +43,7 @@ EXPECTED_EXAMPLES = {
     "quickstart",
     "research-agent",
     "governance",
+    "delegation",
     "structured-output",
     "openai",
     "anthropic",

@@ -59,7 +59,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True, width=100))
-    return 0 if all(o.phase == "Succeeded" for _, o in results) else 1
+    ran = [o for _, obj in mset.objects for task, o in results if task is obj]  # not children
+    return 0 if all(o.phase == "Succeeded" for o in ran) else 1
 
 
 def register(sub: Any) -> None:

@@ -15,9 +15,7 @@ import builtins
 import contextlib
 import os
 import re
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -27,17 +25,10 @@ from rich.table import Table
 from ..api import Task
 from ..api.manifests import ManifestSet
 from ..credentials import Destination, Release, release, visible_keys
-from ..engine.events import (
-    Event,
-    ModelResponded,
-    RunFinished,
-    StepStarted,
-    ToolDecided,
-    ToolFinished,
-)
 from ..runtime import Prepared, TaskOutcome, execute
 from ..runtime.status import to_patch as status_patch
 from .localapproval import LocalApprover
+from .localtree import LocalDelegator, Progress, Tree
 
 
 def secret_env_name(name: str, key: str) -> str:
@@ -88,37 +79,6 @@ class ManifestStore:
         )
 
 
-@dataclass
-class Progress:
-    """Live view of one Task (names and counts only, never content)."""
-
-    name: str
-    agent: str
-    phase: str = "Pending"
-    step: int = 0
-    tokens: int = 0
-    last: str = ""
-    started: float = field(default_factory=time.monotonic)
-
-    async def __call__(self, event: Event) -> None:
-        if isinstance(event, StepStarted):
-            self.phase, self.step, self.last = "Running", event.step, "calling model"
-        elif isinstance(event, ModelResponded):
-            self.tokens += event.usage.total_tokens
-            self.last = (
-                f"model answered ({event.tool_calls} tool call(s))"
-                if event.tool_calls
-                else "model answered"
-            )
-        elif isinstance(event, ToolDecided):
-            r = event.record
-            self.last = f"{r.tool}: {r.decision} ({r.reason})"
-        elif isinstance(event, ToolFinished):
-            self.last = f"{event.tool}: {event.outcome}"
-        elif isinstance(event, RunFinished):
-            self.phase, self.last = event.result.phase, event.result.reason
-
-
 def _table(rows: Sequence[Progress]) -> Table:
     table = Table(title="ordo run", title_justify="left", expand=False)
     for col in ("Task", "Agent", "Phase", "Step", "Tokens", "Last event"):
@@ -126,9 +86,8 @@ def _table(rows: Sequence[Progress]) -> Table:
     colours = {"Succeeded": "green", "Failed": "red", "Cancelled": "yellow", "Running": "cyan"}
     for p in rows:
         colour = colours.get(p.phase, "white")
-        table.add_row(
-            p.name, p.agent, f"[{colour}]{p.phase}[/]", str(p.step), str(p.tokens), p.last
-        )
+        name = f"{'  ' * (p.depth - 1)}└ {p.name}" if p.depth else p.name
+        table.add_row(name, p.agent, f"[{colour}]{p.phase}[/]", str(p.step), str(p.tokens), p.last)
     return table
 
 
@@ -151,29 +110,42 @@ async def run_tasks(
     console: Console | None = None,
     environ: dict[str, str] | None = None,
     approver: LocalApprover | None = None,
+    tree: Tree | None = None,
 ) -> list[tuple[Task, TaskOutcome]]:
-    """Run every Task of the set concurrently; the live view goes to `console` if given.
-    Calls that need a human approval are decided by `approver` (default: rejected, nobody
-    can be asked). Cancelled (Ctrl-C under `asyncio.run`), it stops every run and raises
-    RunInterrupted."""
+    """Run every Task of the set concurrently, and the child Tasks they delegate to
+    (cli/localtree.py), each to its end; the live view goes to `console` if given. Calls that
+    need a human approval are decided by `approver` (default: rejected, nobody can be asked).
+    Returns every Task that ran, in tree order (children under their parent: a child has the
+    label `ordo.dev/parent`; the manifests' own are the objects of `mset`). Cancelled (Ctrl-C under `asyncio.run`), it stops every run,
+    children included, and raises RunInterrupted. `tree`: where the rows go (to watch them)."""
     approver = approver or LocalApprover("none")
     store = ManifestStore(mset, environ)
     tasks = [obj for _, obj in mset.objects if isinstance(obj, Task)]
-    views = [Progress(t.name, t.spec.agent_ref) for t in tasks]
+    tree = tree if tree is not None else Tree()
+    views = tree.rows
     finished: set[str] = set()
 
     async def one(task: Task, view: Progress) -> TaskOutcome:
         decider = approver.for_task(task.name)
 
+        async def child(body: Task) -> TaskOutcome:
+            below = Progress(body.name, body.spec.agent_ref, view.depth + 1)
+            tree.add(body, below, view)
+            return await one(body, below)
+
         async def prepare(_: Any) -> Prepared:
-            return Prepared(approval_decider=decider)
+            return Prepared(approval_decider=decider, delegator=LocalDelegator(task, child))
 
         outcome = await execute(task, store, listeners=[view], prepare=prepare)
-        view.phase, view.last = outcome.phase, outcome.reason
+        view.ended(outcome)
+        tree.outcomes[task.name] = outcome
         finished.add(task.name)
         return outcome
 
-    jobs = asyncio.gather(*(one(t, v) for t, v in zip(tasks, views, strict=True)))
+    roots = [Progress(t.name, t.spec.agent_ref) for t in tasks]
+    for t, v in zip(tasks, roots, strict=True):
+        tree.add(t, v)
+    jobs = asyncio.gather(*(one(t, v) for t, v in zip(tasks, roots, strict=True)))
     try:
         if console is None:
             outcomes = await jobs
@@ -191,9 +163,11 @@ async def run_tasks(
         jobs.cancel()
         with contextlib.suppress(BaseException):
             await jobs
-        running = [t.name for t in tasks if t.name not in finished]
-        raise RunInterrupted(running, [t.name for t in tasks if t.name in finished]) from None
-    return list(zip(tasks, outcomes, strict=True))
+        names = [v.name for v in views]
+        running = [n for n in names if n not in finished]
+        raise RunInterrupted(running, [n for n in names if n in finished]) from None
+    assert len(outcomes) == len(tasks)
+    return tree.ran()
 
 
 def task_document(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
