@@ -97,3 +97,21 @@ async def test_cancelling_ordo_run_cancels_the_children_too(tmp_path: Path) -> N
         await job
     assert (caught.value.running, caught.value.finished) == (["top", tree.rows[1].name], [])
     assert tree.outcomes == {}  # neither ran to an end
+
+
+async def test_the_childs_run_span_nests_under_the_parents_execute_tool_span() -> None:
+    from tests.support.traced import recorded_spans
+
+    with recorded_spans() as exporter:
+        ran = await run_tasks(manifests.load([str(EXAMPLE)]), environ={})
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    parent = spans["invoke_agent editor"]
+    tool = spans["execute_tool ask-researcher"]
+    child = spans["invoke_agent researcher"]
+    assert tool.parent is not None and tool.parent.span_id == parent.context.span_id
+    assert child.parent is not None and child.parent.span_id == tool.context.span_id
+    assert child.context.trace_id == parent.context.trace_id
+    (_, top), (child_task, _) = ran
+    assert top.trace_id == format(parent.context.trace_id, "032x")
+    annotation = (child_task.metadata.annotations or {})["ordo.dev/traceparent"]
+    assert annotation.split("-")[2] == format(tool.context.span_id, "016x")

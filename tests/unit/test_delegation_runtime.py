@@ -158,3 +158,34 @@ async def test_a_cycle_through_the_tasks_chain_is_denied() -> None:
     )
     assert (outcome.phase, outcome.reason) == ("Failed", "DelegationCycle")
     assert delegator.created == 0
+
+
+async def test_parallel_waiting_calls_each_keep_their_span_and_traceparent() -> None:
+    from opentelemetry.trace import StatusCode
+    from tests.support.traced import recorded_spans
+
+    objects = DictStore(
+        agent("boss", tools=["ask-a", "ask-b"]),
+        mock_endpoint(),
+        agent_tool("ask-a", "a"),
+        agent_tool("ask-b", "b"),
+    )
+    turn = tools_turn(call("ask-a", "c1", input="x"), call("ask-b", "c2", input="y"))
+    delegator = FakeDelegator(parent="task")
+    with recorded_spans() as exporter:
+        outcome = await execute(
+            task(agentRef="boss"),
+            objects,
+            model_factory=ModelFactory(lambda snapshot: ScriptedModel([turn])),
+            prepare=prepared(delegator),
+        )
+    assert outcome.awaiting_children
+    tools = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("execute")}
+    assert set(tools) == {"execute_tool ask-a", "execute_tool ask-b"}
+    for span in tools.values():
+        assert span.attributes is not None and span.attributes["ordo.tool.outcome"] == "waiting"
+        assert span.status.status_code != StatusCode.ERROR
+    sent = {r.key: r.traceparent for r in delegator.requests}
+    assert sent["c1"] is not None and sent["c2"] is not None
+    assert sent["c1"].split("-")[2] == format(tools["execute_tool ask-a"].context.span_id, "016x")
+    assert sent["c2"].split("-")[2] == format(tools["execute_tool ask-b"].context.span_id, "016x")

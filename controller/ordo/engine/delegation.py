@@ -145,6 +145,9 @@ class ChildRequest:
     """The Team member this child runs (None for a tool call)."""
     output_schema: dict[str, Any] | None = None
     """The child's `spec.outputSchema`, if the parent wants structured output."""
+    traceparent: str | None = None
+    """The W3C traceparent of the call's execute_tool span (runtime/tracing.py): the child's
+    run span nests under it (annotation `ordo.dev/traceparent`)."""
     known: bool = False
     """The parent's state already records this child (`RunState.children`): if it is gone,
     the delegator answers `ChildState(phase="Failed", reason="ChildVanished")` and never

@@ -5,7 +5,8 @@ the same object whether the operator creates it (a real Task, owned by its paren
 Its name derives from the parent's uid and the request's key (`child_name`), so a resumed
 parent finds it again; labels name its parent (name and uid) and its root, an annotation the
 chain of Agents from the root down (`Lineage.child`); the parent's requester annotation is
-copied (approvals that exclude the requester keep excluding them); the spec narrows the
+copied (approvals that exclude the requester keep excluding them), and the traceparent of
+the call's span set (the child's run span nests under it); the spec narrows the
 child to what the parent has left (`limits.timeout` whole seconds rounded up, `maxTokens`);
 a controller ownerReference makes the child go with its parent.
 """
@@ -28,6 +29,7 @@ from ..engine.delegation import (
     Lineage,
     child_name,
 )
+from .tracing import TRACEPARENT_ANNOTATION
 
 __all__ = ["child_task_body", "parent_uid"]
 
@@ -51,6 +53,8 @@ def child_task_body(parent: Task, lineage: Lineage, request: ChildRequest) -> di
     requester = (parent.metadata.annotations or {}).get(REQUESTER_ANNOTATION)
     if requester is not None:
         annotations[REQUESTER_ANNOTATION] = requester
+    if request.traceparent:
+        annotations[TRACEPARENT_ANNOTATION] = request.traceparent
     limits: dict[str, Any] = {}
     if request.timeout is not None:
         limits["timeout"] = f"{max(1, math.ceil(request.timeout))}s"

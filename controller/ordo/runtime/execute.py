@@ -91,7 +91,9 @@ async def execute(
         async def traced(snapshot: Snapshot) -> Prepared:
             prepared = await prepare(snapshot) if prepare is not None else Prepared()
             return dataclasses.replace(
-                prepared, listeners=[*prepared.listeners, *run.listeners(snapshot)]
+                prepared,
+                listeners=[*prepared.listeners, *run.listeners(snapshot)],
+                delegator=run.delegator(prepared.delegator),
             )
 
         outcome = await _execute(

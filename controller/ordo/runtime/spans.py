@@ -9,7 +9,9 @@
   the outcome. A call that governance denied or rejected never runs: its span is closed at
   once, as an error typed `ToolDenied` or `ToolRejected`. A call of a name the run does not
   offer is `execute_tool <not-offered>` without a call id: a model cannot write its own text
-  into span names or attributes by inventing tools (engine/events.py).
+  into span names or attributes by inventing tools (engine/events.py). The call of an
+  `agent` Tool hands its span to the child Task (runtime/tracing.py `traceparent`); a run
+  that stops to wait for its children ends each waiting call's span as `waiting`.
 
 Only names, ids, counts, decisions and reasons; never prompts, arguments, results or answers.
 A listener must never break a run: anything unexpected here is logged (by type) and dropped.
@@ -69,7 +71,9 @@ class SpanListener:
         self._parent = trace.set_span_in_context(run_span)
         self._model = model_attributes(snapshot)
         self._chat: trace.Span | None = None
-        self._tool: trace.Span | None = None
+        self._tools: dict[str, trace.Span] = {}
+        """Open execute_tool spans by call id: a delegating call's stays open while its
+        child Task runs (several can)."""
 
     async def __call__(self, event: Event) -> None:
         try:
@@ -101,10 +105,17 @@ class SpanListener:
         elif isinstance(event, RunFinished):
             reason = event.result.reason
             self._end_chat(reason)
-            if self._tool is not None:
-                _fail(self._tool, reason)
-                self._tool.end()
-                self._tool = None
+            for span in self._tools.values():
+                if event.result.phase == "AwaitingChildren":  # parked, not failed
+                    span.set_attribute("ordo.tool.outcome", "waiting")
+                else:
+                    _fail(span, reason)
+                span.end()
+            self._tools.clear()
+
+    def tool_context(self, call_id: str) -> trace.Span | None:
+        """The open execute_tool span of a call (a child Task's run nests under it)."""
+        return self._tools.get(call_id)
 
     def _model_responded(self, event: ModelResponded) -> None:
         span, self._chat = self._chat, None
@@ -139,14 +150,14 @@ class SpanListener:
             attributes["gen_ai.tool.call.id"] = record.call_id
         span = self._start(f"execute_tool {record.tool}", SpanKind.INTERNAL, attributes)
         if record.decision == "allowed":
-            self._tool = span
+            self._tools[record.call_id or ""] = span
             return
         span.set_attribute("ordo.tool.outcome", record.outcome or "skipped")
         _fail(span, "ToolDenied" if record.decision == "denied" else "ToolRejected")
         span.end()
 
     def _tool_finished(self, event: ToolFinished) -> None:
-        span, self._tool = self._tool, None
+        span = self._tools.pop(event.call_id, None)
         if span is None:
             return
         span.set_attribute("ordo.tool.outcome", event.outcome)

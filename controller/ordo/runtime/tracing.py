@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import os
 import sys
@@ -46,11 +47,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..api import Task
+from ..engine.delegation import ChildRequest, ChildState, Delegator
 from ..engine.events import Listener
 
 if TYPE_CHECKING:
     from .outcome import TaskOutcome
     from .snapshot import Snapshot
+    from .spans import SpanListener
 
 log = logging.getLogger("ordo.tracing")
 
@@ -205,6 +208,7 @@ class RunTrace:
         self.task = task
         ctx = span.get_span_context()
         self.ids = RunIds(format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"))
+        self._spans: SpanListener | None = None
 
     @property
     def recording(self) -> bool:
@@ -217,7 +221,22 @@ class RunTrace:
         from .spans import SpanListener, model_attributes
 
         self.span.set_attributes(model_attributes(snapshot))
-        return [SpanListener(_tracer, self.span, snapshot)]
+        self._spans = SpanListener(_tracer, self.span, snapshot)
+        return [self._spans]
+
+    def traceparent(self, call_id: str) -> str | None:
+        """The W3C traceparent a child Task of `call_id` carries (`TRACEPARENT_ANNOTATION`):
+        the call's execute_tool span, or the run's span when spans are not recorded (the
+        child then joins the trace id)."""
+        tool = self._spans.tool_context(call_id) if self._spans is not None else None
+        carrier: dict[str, str] = {}
+        context = trace.set_span_in_context(tool or self.span)
+        TraceContextTextMapPropagator().inject(carrier, context=context)
+        return carrier.get("traceparent")
+
+    def delegator(self, inner: Delegator | None) -> Delegator | None:
+        """`inner`, with each child request carrying the traceparent of its call."""
+        return None if inner is None else _TracedDelegator(inner, self)
 
     def finish(self, outcome: TaskOutcome) -> None:
         """Record how the run ended: phase and reason; a Failed run's span is an error whose
@@ -235,6 +254,19 @@ class RunTrace:
         if outcome.phase == "Failed":
             span.set_attribute("error.type", outcome.reason)
             span.set_status(Status(StatusCode.ERROR, outcome.reason))
+
+
+class _TracedDelegator:
+    """A run's Delegator whose child requests carry their call's traceparent, so the child's
+    invoke_agent span nests under the parent's execute_tool span."""
+
+    def __init__(self, inner: Delegator, run: RunTrace) -> None:
+        self._inner = inner
+        self._run = run
+
+    async def start(self, request: ChildRequest) -> ChildState:
+        traced = dataclasses.replace(request, traceparent=self._run.traceparent(request.key))
+        return await self._inner.start(traced)
 
 
 @contextlib.contextmanager
