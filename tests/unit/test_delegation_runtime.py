@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ordo.api.tool import AGENT_TOOL_INPUT_SCHEMA
-from ordo.engine.delegation import CHAIN_ANNOTATION, ROOT_LABEL
+from ordo.engine.delegation import CHAIN_ANNOTATION, DEFAULT_MAX_DEPTH, ROOT_LABEL
 from ordo.runtime import Prepared, execute
 from ordo.runtime.resolve import resolve
 from ordo.runtime.wiring import run_config, tool_bindings
@@ -122,6 +122,12 @@ async def test_a_policys_max_delegation_depth_narrows_the_front_ends() -> None:
     )
     assert (outcome.phase, outcome.reason) == ("Failed", "DelegationDepthExceeded")
     assert delegator.requests == []
+
+
+async def test_a_front_end_depth_of_zero_forbids_delegating() -> None:
+    snapshot = await resolve(task(agentRef="boss"), store())
+    assert run_config(snapshot, max_delegation_depth=0).max_delegation_depth == 0
+    assert run_config(snapshot).max_delegation_depth == DEFAULT_MAX_DEPTH
 
 
 async def test_the_front_ends_depth_applies_to_a_child_from_its_metadata() -> None:

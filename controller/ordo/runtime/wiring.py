@@ -35,7 +35,8 @@ def run_config(
     `max_delegation_depth`: the front end's (the operator's `--max-delegation-depth`; None:
     `DEFAULT_MAX_DEPTH`), narrowed by the policies' `maxDelegationDepth`."""
     task = snapshot.task
-    depths = [max_delegation_depth or DEFAULT_MAX_DEPTH, snapshot.max_delegation_depth]
+    front = DEFAULT_MAX_DEPTH if max_delegation_depth is None else max_delegation_depth
+    depths = [front, snapshot.max_delegation_depth]
     return RunConfig(
         system_prompt=system_prompt(snapshot),
         user_message=user_message(snapshot.task),
