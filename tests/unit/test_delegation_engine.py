@@ -274,3 +274,75 @@ def test_child_records_round_trip_and_show_in_status() -> None:
         ("parent-abcdefabcd", "Failed", "Timeout", 40, None),
     ]
     assert RunState.from_dict({"items": []}).children == {}  # an older checkpoint
+
+
+async def test_children_that_end_one_by_one_answer_their_calls_as_they_end() -> None:
+    delegator = FakeDelegator()
+    tools = [agent_tool("ask_a", "a"), agent_tool("ask_b", "b")]
+    model = ScriptedModel(
+        [tools_turn(call("ask_a", "c1", input="x"), call("ask_b", "c2", input="y"))]
+    )
+    first = await run_agent(config(delegator, "ask_a", "ask_b"), model, tools)
+    assert len(first.state.waiting_children) == 2
+    delegator.end("c1", "a's answer")
+    second = await run_agent(
+        config(delegator, "ask_a", "ask_b"), model, tools, state=round_trip(first.state)
+    )
+    assert second.phase == "AwaitingChildren"
+    assert result_for(second.state, "c1").content == "a's answer"
+    assert [c.key for c in second.state.waiting_children] == ["c2"]
+    assert second.usage.total_tokens == 2 + 50
+    delegator.end("c2", "b's answer")
+    done = await run_agent(
+        config(delegator, "ask_a", "ask_b"), model, tools, state=round_trip(second.state)
+    )
+    assert done.phase == "Succeeded"
+    assert result_for(done.state, "c2").content == "b's answer"
+    assert done.usage.total_tokens == 4 + 50 + 50  # each child counted once
+    assert delegator.created == 2 and model.calls == 2
+    assert [r.call_id for r in done.tool_calls] == ["c1", "c2"]
+
+
+async def test_an_approved_delegation_is_not_asked_for_again_while_its_child_runs() -> None:
+    from ordo.engine.approvals import ApprovalDecision, PendingApproval
+
+    asked: list[str] = []
+    approve = False
+
+    async def decider(
+        pending: PendingApproval, arguments: dict[str, object]
+    ) -> list[ApprovalDecision]:
+        asked.append(pending.call_id)
+        return [ApprovalDecision("Approve", "alice", approver="alice")] if approve else []
+
+    delegator = FakeDelegator()
+    gov = Governance(
+        candidate_tools=frozenset({"ask_helper"}),
+        approvals={"ask_helper": ApprovalRule("Tool ask_helper")},
+    )
+
+    def cfg():  # type: ignore[no-untyped-def]
+        return run_config(
+            gov, delegator=delegator, lineage=Lineage("p", ("boss",)), approval_decider=decider
+        )
+
+    tools = [agent_tool("ask_helper", "helper")]
+    model = ScriptedModel([tools_turn(call("ask_helper", "c1", input="x"))])
+    waiting = await run_agent(cfg(), model, tools)
+    assert waiting.phase == "AwaitingApproval" and delegator.requests == []
+    approve = True
+    started = await run_agent(cfg(), model, tools, state=round_trip(waiting.state))
+    assert started.phase == "AwaitingChildren" and not started.state.approvals
+    assert asked == ["c1", "c1"]
+    delegator.end("c1")
+    done = await run_agent(cfg(), model, tools, state=round_trip(started.state))
+    assert done.phase == "Succeeded"
+    assert asked == ["c1", "c1"]  # not asked again once the child existed
+    assert delegator.created == 1
+    record = done.tool_calls[0]
+    assert (record.decision, record.reason, record.outcome) == (
+        "allowed",
+        "Approved: alice",  # the audit trail keeps the approval that let the child start
+        "succeeded",
+    )
+    assert record.approved_by == ("alice",)

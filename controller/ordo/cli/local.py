@@ -81,7 +81,8 @@ class ManifestStore:
 
 def _table(rows: Sequence[Progress]) -> Table:
     table = Table(title="ordo run", title_justify="left", expand=False)
-    for col in ("Task", "Agent", "Phase", "Step", "Tokens", "Last event"):
+    table.add_column("Task", overflow="fold")  # a child's name whole, over lines if need be
+    for col in ("Agent", "Phase", "Step", "Tokens", "Last event"):
         table.add_column(col)
     colours = {"Succeeded": "green", "Failed": "red", "Cancelled": "yellow", "Running": "cyan"}
     for p in rows:

@@ -100,6 +100,10 @@ async def delegate(
     binding = screened.binding
     assert binding is not None and binding.agent is not None and config.delegator is not None
     known = state.children.get(call.id)
+    if known is not None:  # decided before its child started: keep that decision's record
+        reason = known.decided or screened.record.reason
+        record = replace(screened.record, reason=reason, approved_by=known.approved_by)
+        screened = replace(screened, record=record)
     remaining = deadline - time.monotonic() if deadline is not None else None
     if remaining is not None and remaining <= 0:
         raise TimeoutError  # the run's deadline: no child gets an empty one
@@ -139,6 +143,8 @@ async def delegate(
         child.reason,
         child.usage.total_tokens,
         child.awaiting_approval,
+        screened.record.reason,
+        screened.record.approved_by,
     )
     if not child.ended:
         return None  # the call waits for its child (no result yet)

@@ -190,6 +190,11 @@ class ChildRecord:
     reason: Reason | None = None
     tokens: int = 0
     awaiting_approval: bool = False
+    decided: str = ""
+    """The call's decision reason when its child started (`Approved: ...` after a human
+    approval): the record keeps it when the call is answered after a resume."""
+    approved_by: tuple[str, ...] = ()
+    """Who approved the call, if an approval was needed."""
 
     @property
     def ended(self) -> bool:
@@ -207,6 +212,8 @@ class ChildRecord:
             "reason": self.reason,
             "tokens": self.tokens,
             **({"awaitingApproval": True} if self.awaiting_approval else {}),
+            **({"decided": self.decided} if self.decided else {}),
+            **({"approvedBy": list(self.approved_by)} if self.approved_by else {}),
         }
 
     @classmethod
@@ -223,6 +230,8 @@ class ChildRecord:
             d.get("reason"),
             int(d.get("tokens", 0)),
             bool(d.get("awaitingApproval", False)),
+            str(d.get("decided", "")),
+            tuple(str(a) for a in d.get("approvedBy") or ()),
         )
 
 
