@@ -47,8 +47,12 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list", "watch")}
     # The ordo.dev/run finalizer (a merge patch of metadata.finalizers, resourceVersion-guarded).
     | {(GROUP, "tasks", "patch")}
-    # A finished Task whose TTL passed (operator/lifecycle/retention.py: resourceVersion-conditional).
+    # A finished Task whose TTL passed (operator/lifecycle/retention.py: resourceVersion-conditional),
+    # the children of a deleted parent (operator/tasks/childwait.py).
     | {(GROUP, "tasks", "delete")}
+    # Child Tasks of agent Tool calls (operator/tasks/children.py), owned by their parent
+    # (a blocking ownerReference needs update on the parent's finalizers).
+    | {(GROUP, "tasks", "create"), (GROUP, "tasks/finalizers", "update")}
     # Status written with merge patches: Task progress and results, Ready conditions.
     | {(GROUP, f"{r}/status", "patch") for r in ORDO_RESOURCES}
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
@@ -83,6 +87,8 @@ LEASE_RULES: frozenset[Rule] = frozenset(
 RUNNER_RULES: frozenset[Rule] = frozenset(
     {(GROUP, r, v) for r in ORDO_RESOURCES for v in ("get", "list")}
     | {(GROUP, "tasks", "patch"), (GROUP, "tasks/status", "patch")}
+    # A Job-mode parent creates its child Tasks (operator/tasks/children.py).
+    | {(GROUP, "tasks", "create"), (GROUP, "tasks/finalizers", "update")}
     | {("", "configmaps", v) for v in ("get", "create", "update", "patch", "delete")}
     | {("", "events", "create")}
 )

@@ -147,6 +147,7 @@ KINDS: dict[str, KindInfo] = {
             ("otask",),
             (
                 _col("Agent", ".spec.agentRef"),
+                _col("Parent", ".metadata.labels.ordo\\.dev/parent"),
                 _col("Phase", ".status.phase"),
                 _col("Reason", ".status.reason"),
                 _col("Steps", ".status.step", "integer"),
