@@ -309,6 +309,7 @@ def _populated() -> Metrics:
     metrics.tool_rule_decisions.labels("ns", "p", "r", "Deny", "Enforce", "matched").inc()
     metrics.credential_violations.labels("host").inc()
     metrics.claims.labels("claimed").inc()
+    metrics.delegations.labels("ns", "created").inc()
     metrics.cache_synced.labels("Agent").set(1)
     metrics.cache_watch_restarts.labels("Agent", "expired").inc()
     return metrics
@@ -378,7 +379,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 15
+    assert checked == 16
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

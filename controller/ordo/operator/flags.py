@@ -30,6 +30,17 @@ def duration_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def non_negative(value: str) -> int:
+    """An argparse type: an integer, 0 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {number}")
+    return number
+
+
 @dataclass(frozen=True)
 class Setting(Generic[T]):
     """One row of the table."""

@@ -63,6 +63,7 @@ class OperatorConfig:
     reference_grace_seconds: float = table.REFERENCE_GRACE.default
     approval_timeout_seconds: float | None = table.APPROVAL_TIMEOUT.default
     """Default wait for a human decision on a tool call (None: the engine's, the same 24h)."""
+    max_delegation_depth: int = table.MAX_DELEGATION_DEPTH.default
     credential_policy: Policy = table.CREDENTIAL_POLICY.default
     task_ttl_seconds: float | None = table.TASK_TTL.default or None
     """Delete finished Tasks this long after they end unless they set their own
@@ -149,6 +150,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
             job_cancel_grace_seconds=cfg.job_cancel_grace_seconds,
             reference_grace_seconds=cfg.reference_grace_seconds,
             approval_timeout=cfg.approval_timeout_seconds,
+            max_delegation_depth=cfg.max_delegation_depth,
             workers=cfg.workers,
             worker_stall_seconds=cfg.worker_stall_seconds,
         ),

@@ -61,6 +61,7 @@ def run_task(args: argparse.Namespace) -> int:
                 args.execution_id,
                 args.lease_seconds,
                 args.credential_policy,
+                args.max_delegation_depth,
             )
         )
     finally:
@@ -177,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         log_level=args.log_level.upper(),
         credential_policy=args.credential_policy,
+        max_delegation_depth=args.max_delegation_depth,
         env=env,
     )
     config = handlers.OperatorConfig(
@@ -196,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         job_cancel_grace_seconds=args.job_cancel_grace_seconds,
         reference_grace_seconds=args.reference_grace,
         approval_timeout_seconds=args.approval_timeout,
+        max_delegation_depth=args.max_delegation_depth,
         task_ttl_seconds=args.task_ttl or None,
         credential_policy=args.credential_policy,
     )

@@ -16,7 +16,8 @@ from typing import Any
 from ..api.agent import ExecutionMode
 from ..credentials import POLICIES, Policy
 from ..engine.approvals import DEFAULT_TIMEOUT_SECONDS
-from .flags import Setting, duration_seconds, parse_quantities, workers_flag
+from ..runtime.delegation import DEFAULT_MAX_DEPTH
+from .flags import Setting, duration_seconds, non_negative, parse_quantities, workers_flag
 from .jobsettings import (
     JOB_BACKOFF_LIMIT,
     JOB_CANCEL_GRACE_SECONDS,
@@ -191,6 +192,16 @@ APPROVAL_TIMEOUT = Setting[float](
     unit="duration",
     metavar="DURATION",
 )
+MAX_DELEGATION_DEPTH = Setting[int](
+    "max_delegation_depth",
+    "--max-delegation-depth",
+    DEFAULT_MAX_DEPTH,
+    "how deep a tree of Tasks may grow: a Task at this depth (0: a root) may not delegate "
+    "to an Agent (DelegationDepthExceeded); an AgentPolicy's maxDelegationDepth may lower it",
+    type=non_negative,
+    metavar="N",
+    chart=("operator.maxDelegationDepth",),
+)
 TASK_TTL = Setting[float](
     "task_ttl",
     "--task-ttl",
@@ -255,6 +266,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     RESYNC_SECONDS,
     REFERENCE_GRACE,
     APPROVAL_TIMEOUT,
+    MAX_DELEGATION_DEPTH,
     TASK_TTL,
     DEFAULT_EXECUTION_MODE,
     JOB_IMAGE,
@@ -277,6 +289,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
 
 RUN_TASK_SETTINGS: tuple[Setting[Any], ...] = (
     LEASE_SECONDS,
+    MAX_DELEGATION_DEPTH,
     CREDENTIAL_POLICY,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -314,6 +327,8 @@ class JobSettings:
     log_level: str = LOG_LEVEL.default
     credential_policy: Policy = CREDENTIAL_POLICY.default
     """Passed on to the pod (`ordo run-task --credential-policy`), which reads its Secrets."""
+    max_delegation_depth: int = MAX_DELEGATION_DEPTH.default
+    """Passed on to the pod (`ordo run-task --max-delegation-depth`): its run delegates."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment of the pod (`--job-env NAME=VALUE`: proxies, or where the API
     server is when the `kubernetes` Service does not route)."""
@@ -340,6 +355,8 @@ class SchedulerSettings:
     approval_timeout: float | None = APPROVAL_TIMEOUT.default
     """Seconds a tool call waits for a human decision (`--approval-timeout`; None: the
     engine's default, the same 24h)."""
+    max_delegation_depth: int = MAX_DELEGATION_DEPTH.default
+    """The deepest a tree of Tasks may grow (`--max-delegation-depth`)."""
     workers: int = 0
     """Worker processes that execute the runs (`--workers`, resolved: `ordo operator`
     passes the cgroup's CPUs for auto); 0 runs them on this process's loop (the default

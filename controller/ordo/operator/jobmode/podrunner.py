@@ -40,7 +40,7 @@ from ..settings import LEASE_SECONDS
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.claim import Claim
 from ..tasks.lease import ExecutionLease
-from ..tasks.runner import Runner
+from ..tasks.runner import Parked, Runner
 from ..tasks.taskstore import SecretsReadOnce, credential_warning
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
@@ -74,6 +74,7 @@ class TaskRun:
         model_factory: ModelFactory = default_model_factory,
         cancel_poll_seconds: float = CANCEL_POLL_SECONDS,
         credential_policy: Policy = "Enforce",
+        max_delegation_depth: int | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -96,7 +97,13 @@ class TaskRun:
                 },
             ),
         )
-        self.runner = Runner(self.writer, store, self.writer.metrics, model_factory)
+        self.runner = Runner(
+            self.writer,
+            store,
+            self.writer.metrics,
+            model_factory,
+            max_delegation_depth=max_delegation_depth,
+        )
 
     async def _current(self) -> dict[str, Any] | None:
         """The Task if this Job still has to run it, else None."""
@@ -157,11 +164,19 @@ class TaskRun:
         try:
             # Runner.run renews the lease while the run lasts and releases it at the end; an
             # abandoned run wrote nothing for it: a replacement pod resumes (exit code below).
-            await self.runner.run(Claim(body, self.execution_id, lease, resuming), task, cancel)
+            ran = await self.runner.run(
+                Claim(body, self.execution_id, lease, resuming), task, cancel
+            )
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+        if isinstance(ran, Parked):
+            # Waiting for approvals or child Tasks: this pod's part is done. The operator
+            # sees its Job complete, removes it, waits holding no slot, and starts a new Job
+            # that resumes from the checkpoint (jobmode/supervisor.py).
+            log.info("the run waits (approvals or child Tasks); this pod ends")
+            return EXIT_DONE
         final = await self.client.get("Task", self.namespace, self.name)
         if final is None or (final.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return EXIT_DONE
@@ -193,6 +208,7 @@ async def run_task(
     execution_id: str,
     lease_seconds: float,
     credential_policy: Policy = "Enforce",
+    max_delegation_depth: int | None = None,
 ) -> int:
     """The `ordo run-task` process: run the Task, map the outcome to an exit status."""
     client = KubeClient(login(), relogin=login)
@@ -204,6 +220,7 @@ async def run_task(
         holder=identity(),
         lease_seconds=lease_seconds,
         credential_policy=credential_policy,
+        max_delegation_depth=max_delegation_depth,
     )
     current = asyncio.current_task()
     terminated = False

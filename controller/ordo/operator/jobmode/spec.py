@@ -162,6 +162,7 @@ def build_job(
         execution_id,
         f"--lease-seconds={settings.lease_seconds:g}",
         f"--credential-policy={settings.credential_policy}",
+        f"--max-delegation-depth={settings.max_delegation_depth}",
         f"--log-format={settings.log_format}",
         f"--log-level={settings.log_level}",
         f"--checkpoint-key-file={KEY_DIR}/keyring",

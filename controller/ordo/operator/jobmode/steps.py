@@ -17,6 +17,7 @@ from ...runtime import TaskOutcome
 from ..kube.client import ApiError, KubeClient
 from ..tasks import taskstatus
 from ..tasks.claim import Claim, Claimer
+from ..tasks.runner import Parked
 from ..tasks.writer import TaskWriter
 from ..telemetry import logs
 from .supervisor import JobGone, JobSupervisor
@@ -38,13 +39,13 @@ async def resume_supervision(
     body: dict[str, Any],
     wake: asyncio.Event,
     cancel: asyncio.Event,
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | Parked | None:
     """Supervise the Job of a Task already running in one (found after a restart or a
-    re-observe). None once the Task has ended; the Task, re-read once no other holder has its
-    lease, if its Job disappeared while it ran (the caller claims it again)."""
+    re-observe). None once the Task has ended; `Parked` when its run waits (approvals or
+    children: the caller waits for them, holding no slot); the Task, re-read once no other
+    holder has its lease, if its Job disappeared while it ran (the caller claims it again)."""
     try:
-        await jobs.supervise(body, body["status"].get("executionId", ""), wake, cancel)
-        return None
+        return await jobs.supervise(body, body["status"].get("executionId", ""), wake, cancel)
     except JobGone:
         log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
         meta = body["metadata"]
@@ -79,10 +80,11 @@ async def run_in_job(
     agent: dict[str, Any] | None,
     wake: asyncio.Event,
     cancel: asyncio.Event,
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | Parked | None:
     """Create the Task's Job, hand the execution lease over to its pod, and supervise it
     (the caller holds this Task's capacity slot meanwhile). Returns the Task, re-read, if
-    its Job disappeared while it ran (the caller processes it again); else None."""
+    its Job disappeared while it ran (the caller processes it again); `Parked` if its run
+    waits (approvals or children); else None."""
     started = time.monotonic()
     logs.bind(executionId=claim.execution_id)
     try:
@@ -108,9 +110,8 @@ async def run_in_job(
         # The pod takes the lease under its own name; ours only covered the claim.
         await claim.lease.release()
     try:
-        await jobs.supervise(claim.body, claim.execution_id, wake, cancel, started)
+        return await jobs.supervise(claim.body, claim.execution_id, wake, cancel, started)
     except JobGone:
         log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
         meta = claim.body["metadata"]
         return await client.get("Task", meta["namespace"], meta["name"])
-    return None

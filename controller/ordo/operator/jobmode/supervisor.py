@@ -29,10 +29,13 @@ from ..jobsettings import JOB_CANCEL_GRACE_SECONDS, JOB_POLL_SECONDS
 from ..kube.client import ApiError, KubeClient
 from ..settings import JobSettings
 from ..tasks import sealing
+from ..tasks.approvals import awaiting
 from ..tasks.checkpoint import CheckpointStore, decode
 from ..tasks.checkpoint import name_for as checkpoint_name
 from ..tasks.checkpointdata import subject_of
+from ..tasks.childwait import awaiting_children
 from ..tasks.lease import remaining as lease_remaining
+from ..tasks.runner import Parked
 from ..tasks.writer import TaskWriter
 from ..telemetry.metrics import Metrics
 from .failures import (
@@ -99,6 +102,13 @@ __all__ = [
 ]
 
 log = logging.getLogger("ordo.operator")
+
+
+def parked(task: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """The Task's run stopped to wait (approvals or child Tasks) and its Job's pod ended
+    successfully (podrunner.py exits 0 then)."""
+    waits = awaiting(dict(task)) or awaiting_children(dict(task))
+    return waits and bool((job.get("status") or {}).get("succeeded"))
 
 
 def task_terminal(task: Mapping[str, Any] | None) -> bool:
@@ -178,9 +188,12 @@ class JobSupervisor:
         wake: asyncio.Event,
         cancel: asyncio.Event,
         started: float | None = None,
-    ) -> None:
+    ) -> Parked | None:
         """Watch the Task's Job until the Task ends; raises `JobGone` if the Job disappears
-        while the Task still runs (and no cancel was asked)."""
+        while the Task still runs (and no cancel was asked). `Parked` when the pod's run
+        stopped to wait for approvals or child Tasks and its Job completed: the Job is
+        removed (the next one, of the same name, resumes the run) and the caller waits
+        holding no slot."""
         ns, name = task["metadata"]["namespace"], task["metadata"]["name"]
         jname = job_name(task)
         cancel_deadline: float | None = None
@@ -190,13 +203,13 @@ class JobSupervisor:
                 wake.clear()
                 current = await self.client.get("Task", ns, name)
                 if current is None:
-                    return  # deleted: garbage collection removes the Job
+                    return None  # deleted: garbage collection removes the Job
                 status = current.get("status") or {}
                 if task_terminal(current):
                     self._count(current, started)
-                    return
+                    return None
                 if status.get("executionId") != execution_id:
-                    return  # another execution owns the Task now
+                    return None  # another execution owns the Task now
                 spec = current.get("spec") or {}
                 if cancel_deadline is None and (
                     cancel.is_set()
@@ -211,6 +224,10 @@ class JobSupervisor:
                     if cancel_deadline is None:
                         raise JobGone(jname)
                     job = None
+                if job is not None and cancel_deadline is None and parked(current, job):
+                    await self.client.delete("Job", ns, jname, propagation="Background")
+                    await self._wait_job_gone(ns, jname)
+                    return Parked(awaiting(current), awaiting_children(current))
                 pods = await self.client.list("Pod", ns, f"{JOB_NAME_LABEL}={jname}")
                 failure = None
                 if job is not None:
@@ -228,7 +245,7 @@ class JobSupervisor:
                         )
                 if failure is not None:
                     await self._end(current, failure, execution_id, started)
-                    return
+                    return None
                 waiters = [asyncio.ensure_future(wake.wait())]
                 if cancel_deadline is None:
                     waiters.append(asyncio.ensure_future(cancel.wait()))

@@ -22,6 +22,7 @@ from typing import Any, assert_never
 
 from ..kube.cache import NotSynced
 from ..kube.client import ApiError
+from ..tasks.childwait import awaiting_children
 from ..tasks.claim import NotSettled
 from ..tasks.references import Missing
 from ..tasks.runner import Abandoned, Parked
@@ -42,6 +43,8 @@ class Job:
     """Set on every watch event of the Task or its batch Job (Job mode: re-check now)."""
     awaiting: bool = False
     """The Task's last event showed `AwaitingApproval=True` (approvals.py gates the job)."""
+    children: bool = False
+    """The Task's last event showed `AwaitingChildren=True` (childwait.py gates the job)."""
     seen: dict[str, Any] | None = None
     """The Task as the job last looked at it after a refused write (`TaskProcess.fresh`)."""
     revisit: dict[str, Any] | None = None
@@ -54,7 +57,7 @@ class Job:
 
     @staticmethod
     def of(view: TaskView) -> Job:
-        job = Job(awaiting=view.awaiting, body=view.body)
+        job = Job(awaiting=view.awaiting, children=awaiting_children(view.body), body=view.body)
         if view.stopping:
             job.cancel.set()
         return job
@@ -64,6 +67,7 @@ class Job:
         if cancel:
             self.cancel.set()
         self.awaiting = awaiting
+        self.children = awaiting_children(body)
         self.body = body
         self.wake.set()
 
@@ -141,8 +145,9 @@ async def attempts(
         match step:
             case Done():
                 return
-            case Parked():  # stopped for approvals: wait for them, holding no slot
-                job.awaiting = True
+            case Parked(approvals=approvals, children=children):
+                # stopped for approvals or children: wait for them, holding no slot
+                job.awaiting, job.children = approvals, children
             case Unsynced():
                 pass
             case Missing(delay=delay):

@@ -28,7 +28,7 @@ from ..kube.client import ApiError
 from ..tasks.capacity import SLOT, TAKEN, acquire, mark_waiting
 from ..tasks.claim import Claimed, Held, Lost, NotSettled
 from ..tasks.references import Missing
-from ..tasks.runner import Abandoned, Finished
+from ..tasks.runner import Abandoned, Finished, Parked
 from ..tasks.taskstore import SecretsReadOnce, credential_warning
 from ..tasks.writer import FINALIZER
 from .job import Done, Job, Step
@@ -82,6 +82,8 @@ class TaskProcess:
         await self._wait_synced()
         if job.awaiting:  # holds no slot while tool calls wait for a human decision
             await s.approvals.wait(namespace, name, job.wake, job.cancel)
+        elif job.children:  # holds no slot while child Tasks run
+            await s.children.wait(namespace, name, job.wake, job.cancel)
         s.metrics.pending.inc()
         waiting = True
         try:
@@ -227,6 +229,8 @@ class TaskProcess:
             fresh = await resume_supervision(s.jobs, s.claimer, body, job.wake, job.cancel)
             if fresh is None:
                 return Done()
+            if isinstance(fresh, Parked):  # its run waits: without a slot, then a new Job
+                return fresh
             body, phase = fresh, (fresh.get("status") or {}).get("phase")
         if job.cancel.is_set():
             await s.writer.finish(
@@ -281,6 +285,8 @@ class TaskProcess:
         claim = await record_mode(s.client, claim, mode)
         if mode == "Job":
             fresh = await run_in_job(s.client, s.writer, s.jobs, claim, agent, job.wake, job.cancel)
+            if isinstance(fresh, Parked):
+                return fresh
             return Done() if fresh is None else await self.process(fresh)
         uid = str(body["metadata"]["uid"])
         before = s.pool.losses(uid) if s.pool is not None else 0

@@ -36,6 +36,7 @@ from ..kube.client import ApiError, KubeClient
 from ..kube.store import KubeStore
 from ..settings import SchedulerSettings
 from ..tasks.approvals import ApprovalGate
+from ..tasks.childwait import ChildGate
 from ..tasks.claim import Claimer
 from ..tasks.processlease import ProcessLeases, identity_name
 from ..tasks.reaper import CheckpointReaper
@@ -113,6 +114,7 @@ class TaskScheduler:
             model_factory,
             keep_checkpoints=self.settings.keep_checkpoints,
             approval_timeout=self.settings.approval_timeout,
+            max_delegation_depth=self.settings.max_delegation_depth,
             reaper=self.reaper,
         )
         self.pool: WorkerPool | None = None
@@ -126,6 +128,7 @@ class TaskScheduler:
                 WorkerSettings(
                     keep_checkpoints=self.settings.keep_checkpoints,
                     approval_timeout=self.settings.approval_timeout,
+                    max_delegation_depth=self.settings.max_delegation_depth,
                 ),
                 valid_for=leases.own.valid_for if leases is not None else None,
                 stall_seconds=self.settings.worker_stall_seconds,
@@ -135,6 +138,8 @@ class TaskScheduler:
             self.runner = self.pool
         self.approvals = ApprovalGate(client, cache, self.metrics)
         """Holds the jobs of Tasks that wait for tool-call approvals (approvals.py)."""
+        self.children = ChildGate(client)
+        """Holds the jobs of parent Tasks that wait for their children (childwait.py)."""
         self.jobs = JobSupervisor(
             client,
             self.writer,
@@ -171,6 +176,8 @@ class TaskScheduler:
         if view is None:
             return
         self._namespaces.add(view.namespace)
+        if self.children.waiting:  # a child's event wakes its waiting parent
+            self.children.child_changed(body)
         later = self._later.pop(view.uid, None)
         if later is not None:
             later.cancel()

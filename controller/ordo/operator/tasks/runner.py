@@ -22,17 +22,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import timestamps
-from ...api import Task
+from ...api import TERMINAL_PHASES, Task
 from ...errors import Interrupted
 from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
+from ...runtime import status as status_mod
+from ...runtime.delegation import lineage_of
 from ...runtime.store import ObjectStore
 from ..kube.client import ApiError, Fenced
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from . import approvals, pendingcalls, taskstatus
+from . import approvals, childwait, pendingcalls, taskstatus
 from .checkpoint import SEQUENCE_STATUS, CheckpointDeleter, CheckpointStore
+from .children import KubeDelegator
 from .claim import Claim
 from .coalesce import FLUSH_SECONDS, RunWrites
+from .conditions import set_condition
 from .writer import ProgressWriter, TaskWriter, log_events
 
 log = logging.getLogger("ordo.operator")
@@ -50,7 +54,13 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Parked:
-    """The run stopped for tool-call approvals; the Task stays Running (AwaitingApproval)."""
+    """The run stopped for tool-call approvals (AwaitingApproval) or for child Tasks
+    (AwaitingChildren); the Task stays Running."""
+
+    approvals: bool = True
+    """Calls wait for human decisions (the scheduler waits for those first)."""
+    children: bool = False
+    """Calls wait for child Tasks to end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,7 @@ class Runner:
         keep_checkpoints: bool = False,
         flush_seconds: float = FLUSH_SECONDS,
         approval_timeout: float | None = None,
+        max_delegation_depth: int | None = None,
         reaper: CheckpointDeleter | None = None,
     ) -> None:
         self.writer = writer
@@ -89,6 +100,8 @@ class Runner:
         """How long a finished step may stay unwritten (coalesce.py); 0 writes every step."""
         self.approval_timeout = approval_timeout
         """Default seconds a tool call waits for a human decision (--approval-timeout)."""
+        self.max_delegation_depth = max_delegation_depth
+        """The deepest a tree of Tasks may grow (--max-delegation-depth; None: the default)."""
 
     async def run(
         self,
@@ -160,6 +173,12 @@ class Runner:
                     )
                     body.setdefault("status", {}).update(fields)
                     await self._withdraw(body)
+                if childwait.awaiting_children(body):  # the children it waited for ended
+                    fields = childwait.resumed_fields(body["status"].get("conditions"))
+                    await taskstatus.fenced(
+                        self.writer.client, task.namespace, task.name, execution_id, fields
+                    )
+                    body["status"].update(fields)
             await self.writer.recorder.post(
                 body,
                 "Resumed" if claim.resuming else "Started",
@@ -179,11 +198,16 @@ class Runner:
             writes = RunWrites(
                 checkpoints, progress.write, lease=claim.lease, flush_seconds=self.flush_seconds
             )
+            lineage = lineage_of(task.name, task.spec.agent_ref, body.get("metadata"))
             return Prepared(
                 state,
                 [writes, progress, run_metrics, log_events],
                 approval_decider=approvals.decider(store, body),
                 approval_timeout=self.approval_timeout,
+                delegator=KubeDelegator(
+                    self.writer.client, body, lineage, self.metrics, self.writer.recorder
+                ),
+                max_delegation_depth=self.max_delegation_depth,
             )
 
         try:
@@ -208,9 +232,13 @@ class Runner:
                 "claimed it); it stops without writing its outcome"
             )
             return Abandoned("this execution no longer owns the Task")
-        if outcome.awaiting and outcome.result is not None:
-            await self._await_approval(body, outcome, checkpoints, execution_id)
-            return Parked()
+        if (outcome.awaiting or outcome.awaiting_children) and outcome.result is not None:
+            children = bool(waiting_children(outcome.result.state))
+            if outcome.awaiting:
+                await self._await_approval(body, outcome, checkpoints, execution_id)
+            else:
+                await self._await_children(body, outcome, checkpoints, execution_id)
+            return Parked(approvals=outcome.awaiting, children=children)
         if self.keep_checkpoints and outcome.result is not None:
             # Kept for debugging and replay: the final state of every Task, also of a run so
             # fast that coalescing never wrote a checkpoint (coalesce.py).
@@ -258,6 +286,7 @@ class Runner:
         meta = body["metadata"]
         status = body.get("status") or {}
         fields = taskstatus.awaiting_approval(state, status.get("conditions"))
+        fields.update(children_fields(state, fields["conditions"]))
         fields[SEQUENCE_STATUS] = checkpoints.sequence  # the anchor (checkpoint.py)
         try:
             await taskstatus.fenced(client, meta["namespace"], meta["name"], execution_id, fields)
@@ -270,6 +299,34 @@ class Runner:
         log.info(
             "run stopped to wait for tool-call approvals",
             extra={"ordo": {"calls": len(state.approvals)}},
+        )
+
+    async def _await_children(
+        self,
+        body: dict[str, Any],
+        outcome: TaskOutcome,
+        checkpoints: CheckpointStore,
+        execution_id: str,
+    ) -> None:
+        """The run stopped for child Tasks (childwait.py): checkpoint, then the progress,
+        `status.children` and condition `AwaitingChildren=True` naming them, an Event. The
+        lease and the slot are released by the caller; the Task stays Running."""
+        assert outcome.result is not None
+        state = outcome.result.state
+        await checkpoints.save(state)
+        meta = body["metadata"]
+        conditions = (body.get("status") or {}).get("conditions")
+        fields = status_mod.to_patch(status_mod.progress(state))
+        fields.update(children_fields(state, conditions))
+        fields[SEQUENCE_STATUS] = checkpoints.sequence  # the anchor (checkpoint.py)
+        await taskstatus.fenced(
+            self.writer.client, meta["namespace"], meta["name"], execution_id, fields
+        )
+        message = childwait.waiting_message(waiting_children(state))
+        await self.writer.recorder.post(body, childwait.CONDITION, message)
+        log.info(
+            "run stopped to wait for child tasks",
+            extra={"ordo": {"children": len(waiting_children(state))}},
         )
 
     async def _withdraw(self, body: dict[str, Any]) -> None:
@@ -299,3 +356,29 @@ class Runner:
                 "the Agent or its references changed while the Task was interrupted; not resumed"
             )
         return state
+
+
+def waiting_children(state: Any) -> list[str]:
+    """The names of the children the run's state records as not ended."""
+    return [c.name for c in state.children.values() if c.phase not in TERMINAL_PHASES]
+
+
+def children_fields(state: Any, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """`status.children` of the run's state, and condition `AwaitingChildren` (True naming
+    the children that have not ended, when there are any)."""
+    children = status_mod.children_status(state)
+    if not children:
+        return {}
+    fields: dict[str, Any] = {
+        "children": [c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in children]
+    }
+    waiting = waiting_children(state)
+    if waiting:
+        fields["conditions"] = set_condition(
+            conditions,
+            childwait.CONDITION,
+            "True",
+            childwait.CONDITION,
+            childwait.waiting_message(waiting),
+        )
+    return fields

@@ -32,7 +32,7 @@ from ...runtime import status as status_mod
 from ..kube.client import ApiError, KubeClient
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from . import taskstatus
+from . import childwait, taskstatus
 from .recorder import EventRecorder
 
 FINALIZER = "ordo.dev/run"
@@ -98,7 +98,8 @@ class TaskWriter:
         started: float | None = None,
     ) -> None:
         """Write the terminal status (fenced by `execution_id` when the Task was claimed),
-        post the Event, count it, release the finalizer."""
+        post the Event, count it, cancel its children that still run (childwait.py), release
+        the finalizer."""
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         status = outcome.status()
@@ -136,6 +137,8 @@ class TaskWriter:
             "task finished",
             extra={"ordo": {"phase": outcome.phase, "reason": outcome.reason, "step": step}},
         )
+        if childwait.has_children(body, fields):
+            await childwait.cascade(self.client, updated)
         await self.release(ns, name, updated)
 
     async def _write(

@@ -138,6 +138,18 @@ class Metrics:
             registry=r,
         )
 
+        # -- delegation (operator/tasks/children.py): child Tasks, by what became of the ask --
+        self.delegations = Counter(
+            "ordo_delegations_total",
+            "Calls of agent Tools (delegations to a child Task) by outcome: created (a child "
+            "Task was created), found (an existing child was found again, e.g. on resume), "
+            "cycle and depth (refused before any child: DelegationCycle, "
+            "DelegationDepthExceeded), notOwned (a Task of the child's name not owned by the "
+            "parent: ChildNotOwned), vanished (a recorded child was gone: ChildVanished).",
+            ["namespace", "outcome"],
+            registry=r,
+        )
+
         # -- claims (operator/tasks/claim.py): what replicas on the same namespaces lose to each other --
         self.claims = Counter(
             "ordo_task_claims_total",
@@ -201,6 +213,9 @@ class RunMetrics:
             r = event.record
             if r.decision != "allowed":
                 m.tool_calls.labels(_tool_label(r.tool), r.decision, "skipped").inc()
+                refused = _DELEGATION_REFUSALS.get(r.reason.partition(":")[0])
+                if refused is not None:
+                    m.delegations.labels(self.namespace, refused).inc()
         elif isinstance(event, ToolRuleEvaluated):  # object names and enums only
             m.tool_rule_decisions.labels(
                 self.namespace, event.policy, event.rule, event.action, event.mode, event.result
@@ -217,6 +232,8 @@ class RunMetrics:
             m.model_requests.labels(self.provider, self.model, "error").inc()
 
 
+_DELEGATION_REFUSALS = {"DelegationCycle": "cycle", "DelegationDepthExceeded": "depth"}
+"""A tool decision's reason (before its `:`) that refused a delegation -> its outcome label."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 

@@ -261,8 +261,8 @@ class Child:
             match result:
                 case Finished():
                     done["result"] = "finished"
-                case Parked():
-                    done["result"] = "parked"
+                case Parked(approvals=approvals, children=children):
+                    done.update(result="parked", approvals=approvals, children=children)
                 case Abandoned(why=why):
                     done.update(result="abandoned", why=why)
         except asyncio.CancelledError:

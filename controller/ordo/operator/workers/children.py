@@ -51,6 +51,7 @@ class WorkerSettings:
 
     keep_checkpoints: bool = False
     approval_timeout: float | None = None
+    max_delegation_depth: int | None = None
     flush_seconds: float = FLUSH_SECONDS
     max_connections: int = 16
 
@@ -95,7 +96,9 @@ def finish(run: _Run, message: Message) -> None:
     if result == "finished":
         run.result.set_result(Finished())
     elif result == "parked":
-        run.result.set_result(Parked())
+        run.result.set_result(
+            Parked(message.get("approvals") is not False, message.get("children") is True)
+        )
     elif result == "abandoned":
         run.result.set_result(Abandoned(str(message.get("why") or "abandoned in its worker")))
     elif "apiError" in message:
@@ -136,6 +139,7 @@ def config_message(settings: WorkerSettings, beat_seconds: float, stall_seconds:
         "checkpointKeys": sealing.export(keyring),
         "checkpointKeysEphemeral": keyring.ephemeral,
         "approvalTimeout": settings.approval_timeout,
+        "maxDelegationDepth": settings.max_delegation_depth,
         "flushSeconds": settings.flush_seconds,
         "maxConnections": settings.max_connections,
         "beatSeconds": beat_seconds,

@@ -84,6 +84,7 @@ async def build_engine(config: Message) -> Engine:
         keep_checkpoints=bool(config.get("keepCheckpoints")),
         flush_seconds=float(config.get("flushSeconds", FLUSH_SECONDS)),
         approval_timeout=config.get("approvalTimeout"),
+        max_delegation_depth=config.get("maxDelegationDepth"),
         reaper=reaper,
     )
 
