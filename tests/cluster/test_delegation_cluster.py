@@ -264,11 +264,15 @@ def test_an_impostor_is_not_adopted(
         apply(cp, ns, task(name, "helper", f"{CHILD} pretend", cancel=True))
         status = wait_task(cp, ns, "victim")["status"]
         assert status["phase"] == "Succeeded", (status, operator.task_log("victim"))
-        assert any("ChildNotOwned" in m for m in tool_messages(parent_requests(model)[-1]))
+        (record,) = [r for r in status["toolCalls"] if r.get("callId") == CALL]
+        assert (record["outcome"], record.get("error")) == ("error", "ChildNotOwned"), record
+        assert any(
+            "not a child of this Task" in m for m in tool_messages(parent_requests(model)[-1])
+        )
         impostor = get_json(cp, "task", name, "-n", ns)
         assert not impostor["metadata"].get("ownerReferences")
         assert len(tasks(cp, ns)) == 2
-        assert not any(CHILD in json.dumps(b) and "find it" in json.dumps(b) for b in model.bodies)
+        assert all(PARENT in json.dumps(b) for b in model.bodies)  # no child ever ran
 
 
 def test_cancel_cascades_to_the_children(
@@ -346,3 +350,35 @@ def test_sigkill_while_the_child_runs_and_while_the_parent_waits(
         )
         assert len(children_of(cp, ns, "killed")) == 1
         assert tool.count == 1
+
+
+def test_a_budget_spent_by_the_child_ends_both(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    """The child's budget is what the parent has left; a child that spends it ends
+    TokenBudgetExceeded, and its tokens, counted in the parent's usage, end the parent so."""
+    cp, ns = control_plane, namespace
+    script = {PARENT: [delegate(), answer("never")], CHILD: [answer("expensive", 500)]}
+    with OpenAIServer(script, require_key=KEY) as model:
+        install(
+            cp,
+            ns,
+            model.url,
+            agent("helper", []),
+            agent_tool("ask-helper", "helper"),
+            agent("boss", ["ask-helper"]),
+        )
+        apply(cp, ns, task("budget", "boss", f"{PARENT} go", limits={"maxTokens": 100}))
+        status = wait_task(cp, ns, "budget")["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "TokenBudgetExceeded"), (
+            status,
+            operator.task_log("budget"),
+        )
+        (child,) = children_of(cp, ns, "budget")
+        assert child["spec"]["limits"]["maxTokens"] <= 100 - 15
+        assert (child["status"]["phase"], child["status"]["reason"]) == (
+            "Failed",
+            "TokenBudgetExceeded",
+        )
+        assert status["usage"]["totalTokens"] >= 15 + 501
+        assert len(parent_requests(model)) == 1
