@@ -150,6 +150,15 @@ async def test_an_impostor_is_refused_and_a_vanished_child_is_not_recreated(
     impostor = await client.get("Task", namespace, name)
     assert impostor is not None and not impostor["metadata"].get("ownerReferences")
     assert counted(metrics, namespace, "notOwned")
+    # Owned (anyone who reads the parent's uid may set that), but running another input.
+    owned = task(child_name("root", parent["metadata"]["uid"], "call_y"), "helper")
+    ref = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Task", "name": "root"}
+    owned["metadata"]["ownerReferences"] = [
+        {**ref, "uid": parent["metadata"]["uid"], "controller": True}
+    ]
+    await client.create("Task", namespace, owned)
+    with pytest.raises(ChildNotOwned):
+        await d.start(request("call_y"))
     gone = await d.start(request("call_gone", known=True))
     assert (gone.phase, gone.reason) == ("Failed", "ChildVanished")
     vanished = child_name("root", parent["metadata"]["uid"], "call_gone")

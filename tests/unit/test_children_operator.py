@@ -19,7 +19,7 @@ from ordo.operator.flags import non_negative
 from ordo.operator.jobmode import supervisor
 from ordo.operator.lifecycle.job import Done, Job, attempts
 from ordo.operator.tasks import childwait
-from ordo.operator.tasks.children import child_body, owned_by, state_of
+from ordo.operator.tasks.children import asked_for, child_body, owned_by, state_of
 from ordo.operator.tasks.runner import Parked
 from ordo.operator.telemetry.metrics import Metrics
 from ordo.runtime.delegation import (
@@ -216,3 +216,11 @@ def test_a_job_mode_run_is_parked_once_its_pod_ended_and_the_task_waits() -> Non
     assert not supervisor.parked(runs, done)  # completed without waiting: a failure
     approvals = {"status": {"conditions": [condition("AwaitingApproval")]}}
     assert supervisor.parked(approvals, done)
+
+
+def test_a_child_must_run_what_the_call_asks() -> None:
+    request = ChildRequest("k", "researcher", {"q": "x"}, None, None)
+    body = child_body(PARENT, Lineage("report", ("writer",)), request)
+    assert asked_for(body, request)
+    assert not asked_for({**body, "spec": {**body["spec"], "agentRef": "other"}}, request)
+    assert not asked_for({**body, "spec": {**body["spec"], "input": "else"}}, request)

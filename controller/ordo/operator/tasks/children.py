@@ -57,6 +57,14 @@ def owned_by(body: dict[str, Any], parent_uid: str) -> bool:
     return False
 
 
+def asked_for(body: dict[str, Any], request: ChildRequest) -> bool:
+    """The Task runs what `request` asks: its Agent and its input. (Anyone who may create
+    Tasks can set an ownerReference to a parent whose uid they read; a Task of another Agent
+    or input under the child's name is then still refused.)"""
+    spec = body.get("spec") or {}
+    return bool(spec.get("agentRef") == request.agent and spec.get("input") == request.input)
+
+
 def child_body(parent: dict[str, Any], lineage: Lineage, request: ChildRequest) -> dict[str, Any]:
     """The child Task the parent `parent` (at `lineage`) creates for `request`."""
     meta = parent["metadata"]
@@ -173,12 +181,12 @@ class KubeDelegator:
         created = False
         if found is None:
             found, created = await self._create(namespace, name, request)
-        if not owned_by(found, parent_uid):
+        if not owned_by(found, parent_uid) or not asked_for(found, request):
             self._count("notOwned")
             raise ChildNotOwned(
                 f"Task {name!r} exists but is not a child of this Task (its controller "
-                "ownerReference is not this Task's uid); it is never adopted: delete it, or "
-                "this call stays failed"
+                "ownerReference is not this Task's uid, or it runs another Agent or input); "
+                "it is never adopted: delete it, or this call stays failed"
             )
         if created:
             self._count("created")
