@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import timestamps
-from ...api import TERMINAL_PHASES, Task
+from ...api import Task
+from ...engine.state import RunState
 from ...errors import Interrupted
 from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
 from ...runtime import status as status_mod
@@ -233,7 +234,7 @@ class Runner:
             )
             return Abandoned("this execution no longer owns the Task")
         if (outcome.awaiting or outcome.awaiting_children) and outcome.result is not None:
-            children = bool(waiting_children(outcome.result.state))
+            children = bool(outcome.result.state.waiting_children)
             if outcome.awaiting:
                 await self._await_approval(body, outcome, checkpoints, execution_id)
             else:
@@ -286,7 +287,7 @@ class Runner:
         meta = body["metadata"]
         status = body.get("status") or {}
         fields = taskstatus.awaiting_approval(state, status.get("conditions"))
-        fields.update(children_fields(state, fields["conditions"]))
+        fields.update(children_condition(state, fields["conditions"]))
         fields[SEQUENCE_STATUS] = checkpoints.sequence  # the anchor (checkpoint.py)
         try:
             await taskstatus.fenced(client, meta["namespace"], meta["name"], execution_id, fields)
@@ -317,7 +318,7 @@ class Runner:
         meta = body["metadata"]
         conditions = (body.get("status") or {}).get("conditions")
         fields = status_mod.to_patch(status_mod.progress(state))
-        fields.update(children_fields(state, conditions))
+        fields.update(children_condition(state, conditions))
         fields[SEQUENCE_STATUS] = checkpoints.sequence  # the anchor (checkpoint.py)
         await taskstatus.fenced(
             self.writer.client, meta["namespace"], meta["name"], execution_id, fields
@@ -358,27 +359,20 @@ class Runner:
         return state
 
 
-def waiting_children(state: Any) -> list[str]:
+def waiting_children(state: RunState) -> list[str]:
     """The names of the children the run's state records as not ended."""
-    return [c.name for c in state.children.values() if c.phase not in TERMINAL_PHASES]
+    return [c.name for c in state.waiting_children]
 
 
-def children_fields(state: Any, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """`status.children` of the run's state, and condition `AwaitingChildren` (True naming
-    the children that have not ended, when there are any)."""
-    children = status_mod.children_status(state)
-    if not children:
-        return {}
-    fields: dict[str, Any] = {
-        "children": [c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in children]
-    }
+def children_condition(state: RunState, conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Condition `AwaitingChildren=True` naming the children that have not ended, when there
+    are any (`status.children` itself is in every progress write: runtime/status.py)."""
     waiting = waiting_children(state)
-    if waiting:
-        fields["conditions"] = set_condition(
-            conditions,
-            childwait.CONDITION,
-            "True",
-            childwait.CONDITION,
-            childwait.waiting_message(waiting),
+    if not waiting:
+        return {}
+    message = childwait.waiting_message(waiting)
+    return {
+        "conditions": set_condition(
+            conditions, childwait.CONDITION, "True", childwait.CONDITION, message
         )
-    return fields
+    }
