@@ -195,7 +195,17 @@ async def test_a_waiting_parent_wakes_when_its_child_ends_and_shows_its_progress
     )
     gate = childwait.ChildGate(client)
     wake, cancel = asyncio.Event(), asyncio.Event()
-    waiting = asyncio.create_task(gate.wait(namespace, "root", wake, cancel))
+
+    async def past(body: dict[str, Any]) -> float:
+        return -5.0
+
+    # Past its deadline the parent resumes (to end Timeout) whatever its children do.
+    await asyncio.wait_for(gate.wait(namespace, "root", wake, cancel, past), 10)
+
+    async def plenty(body: dict[str, Any]) -> float:
+        return 600.0
+
+    waiting = asyncio.create_task(gate.wait(namespace, "root", wake, cancel, plenty))
     approval = [
         {
             "type": "AwaitingApproval",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any, assert_never
 
 from pydantic import ValidationError
@@ -22,7 +23,7 @@ from ...api import TERMINAL_PHASES, Task
 from ...errors import validation_problem
 from ...runtime import Snapshot, TaskOutcome, internal_error
 from ..jobmode.steps import NO_RUNNER_IMAGE, record_mode, resume_supervision, run_in_job
-from ..jobmode.supervisor import runs_in_job, select_mode
+from ..jobmode.supervisor import remaining_timeout, runs_in_job, select_mode
 from ..kube.cache import NotSynced
 from ..kube.client import ApiError
 from ..tasks.capacity import SLOT, TAKEN, acquire, mark_waiting
@@ -83,7 +84,7 @@ class TaskProcess:
         if job.awaiting:  # holds no slot while tool calls wait for a human decision
             await s.approvals.wait(namespace, name, job.wake, job.cancel)
         elif job.children:  # holds no slot while child Tasks run
-            await s.children.wait(namespace, name, job.wake, job.cancel)
+            await s.children.wait(namespace, name, job.wake, job.cancel, self._time_left)
         s.metrics.pending.inc()
         waiting = True
         try:
@@ -212,6 +213,12 @@ class TaskProcess:
         if self.s.cache is None:
             return await self.s.client.get("Agent", self.namespace, name)
         return self.s.cache.get("Agent", self.namespace, name)
+
+    async def _time_left(self, body: dict[str, Any]) -> float:
+        """Seconds left of the Task's timeout (its Agent's and its own, anchored at its
+        first start, as the run computes it)."""
+        agent = await self._agent(str((body.get("spec") or {}).get("agentRef", "")))
+        return remaining_timeout(body, agent, time.time())
 
     async def process(self, body: dict[str, Any]) -> Step:
         """Validate, check references, claim and run (or supervise in a Job) the Task."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...api import TERMINAL_PHASES
@@ -35,6 +36,10 @@ CONDITION = "AwaitingChildren"
 POLL_SECONDS = 60.0
 """A waiting parent looks at its children this often even without a child's event (an event
 missed while the watch restarted)."""
+DEADLINE_SLACK_SECONDS = 0.5
+"""A parent waits this long past its own deadline before it is resumed to end `Timeout`."""
+TimeLeft = Callable[[dict[str, Any]], Awaitable[float]]
+"""Seconds left of a Task's timeout (anchored at its first start; negative once passed)."""
 
 
 def awaiting_children(body: dict[str, Any]) -> bool:
@@ -105,11 +110,17 @@ class ChildGate:
                 wake.set()
 
     async def wait(
-        self, namespace: str, name: str, wake: asyncio.Event, cancel: asyncio.Event
+        self,
+        namespace: str,
+        name: str,
+        wake: asyncio.Event,
+        cancel: asyncio.Event,
+        time_left: TimeLeft | None = None,
     ) -> None:
         """Return when the Task does not wait for children (any more), every child it waits
-        for has ended or is gone, or a cancel request arrives (the run then ends
-        `Cancelled`, and the cascade cancels the children)."""
+        for has ended or is gone, its deadline passed (the run then ends `Timeout`; with
+        `time_left`, which says how long the Task has), or a cancel request arrives (the run
+        then ends `Cancelled`); the cascade cancels the children that still run."""
         uid: str | None = None
         try:
             while not cancel.is_set():
@@ -119,13 +130,21 @@ class ChildGate:
                 uid = str(body["metadata"]["uid"])
                 self.waiting[uid] = wake
                 wake.clear()  # before the reads: an event during them is not lost
+                left = POLL_SECONDS
+                if time_left is not None:
+                    left = await time_left(body)
+                    if left + DEADLINE_SLACK_SECONDS <= 0:
+                        log.info("a task waiting for its children reached its deadline")
+                        return
                 if await self._look(body):
                     return
                 waiter = asyncio.ensure_future(wake.wait())
                 stopper = asyncio.ensure_future(cancel.wait())
                 try:
                     await asyncio.wait(
-                        {waiter, stopper}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                        {waiter, stopper},
+                        timeout=min(POLL_SECONDS, max(left, 0.0) + DEADLINE_SLACK_SECONDS),
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
                 finally:
                     waiter.cancel()
