@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from ordo.engine.delegation import ChildRecord
 from ordo.engine.events import ToolDecided
-from ordo.engine.state import ToolCallRecord
+from ordo.engine.state import RunState, ToolCallRecord
 from ordo.operator.flags import non_negative
 from ordo.operator.jobmode import supervisor
 from ordo.operator.lifecycle.job import Done, Job, attempts
 from ordo.operator.tasks import childwait
+from ordo.operator.tasks import runner as runner_mod
 from ordo.operator.tasks.children import asked_for, child_body, owned_by, state_of
 from ordo.operator.tasks.runner import Parked
 from ordo.operator.telemetry.metrics import Metrics
@@ -224,3 +226,19 @@ def test_a_child_must_run_what_the_call_asks() -> None:
     assert asked_for(body, request)
     assert not asked_for({**body, "spec": {**body["spec"], "agentRef": "other"}}, request)
     assert not asked_for({**body, "spec": {**body["spec"], "input": "else"}}, request)
+
+
+def test_a_parked_run_names_the_children_it_waits_for() -> None:
+    state = RunState()
+    state.children = {
+        "c1": ChildRecord("c1", "report-a", "researcher", "ask", 1, None, "Running"),
+        "c2": ChildRecord("c2", "report-b", "researcher", "ask", 1, None, "Succeeded"),
+    }
+    assert runner_mod.waiting_children(state) == ["report-a"]
+    conditions = runner_mod.children_condition(state, [condition("Ready")])["conditions"]
+    assert sorted(c["type"] for c in conditions) == ["AwaitingChildren", "Ready"]
+    (waiting,) = [c for c in conditions if c["type"] == "AwaitingChildren"]
+    assert waiting["status"] == "True"
+    assert "report-a" in waiting["message"] and "report-b" not in waiting["message"]
+    state.children["c1"] = ChildRecord("c1", "report-a", "researcher", "ask", 1, None, "Failed")
+    assert runner_mod.children_condition(state, None) == {}
