@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ordo.engine.approvals import ApprovalRule
-from ordo.engine.delegation import ChildRecord, Lineage, child_name
+from ordo.engine.delegation import ChildRecord, ChildRequest, ChildState, Lineage, child_name
 from ordo.engine.governance import Governance
 from ordo.engine.loop import run_agent
 from ordo.engine.state import RunState
@@ -346,3 +348,50 @@ async def test_an_approved_delegation_is_not_asked_for_again_while_its_child_run
         "succeeded",
     )
     assert record.approved_by == ("alice",)
+
+
+class _Killed(BaseException):
+    """The operator's SIGKILL, as the run sees it: nothing after it runs."""
+
+
+class _DiesAfterCreate(FakeDelegator):
+    """Creates the child, then the process dies before the create's answer is used."""
+
+    async def start(self, request: ChildRequest) -> ChildState:
+        child = await super().start(request)
+        if self.created == 1 and not self.requests[1:]:
+            raise _Killed
+        return child
+
+
+async def test_a_parent_killed_right_after_creating_its_child_finds_it_on_resume() -> None:
+    """The call id is checkpointed before the child exists: the resumed run does not ask
+    the model again (whose next call id would name a second child) but the delegator, under
+    the same key, and finds the one child."""
+    from ordo.engine.events import Checkpoint, Event
+
+    delegator = _DiesAfterCreate()
+    tools = [agent_tool("ask_helper", "helper")]
+    saved: list[RunState] = []
+
+    async def durable(event: Event) -> None:
+        if isinstance(event, Checkpoint):
+            saved.append(round_trip(event.state))
+
+    first_model = ScriptedModel([tools_turn(call("ask_helper", "c1", input="hi"))])
+    with pytest.raises(_Killed):
+        await run_agent(config(delegator, "ask_helper"), first_model, tools, listeners=[durable])
+    assert delegator.created == 1
+    assert saved, "no checkpoint was written before the child was created"
+    assert "c1" in saved[-1].started_calls
+
+    # a real model would name its next call differently: c2 must never be asked for
+    second_model = ScriptedModel([tools_turn(call("ask_helper", "c2", input="hi"))])
+    delegator.end("c1", "the child's answer")
+    done = await run_agent(
+        config(delegator, "ask_helper"), second_model, tools, state=saved[-1], fresh=False
+    )
+    assert (done.phase, done.reason) == ("Succeeded", "Succeeded")
+    assert delegator.created == 1
+    assert [r.key for r in delegator.requests] == ["c1", "c1"]
+    assert result_for(done.state, "c1").content == "the child's answer"

@@ -287,3 +287,16 @@ async def test_a_fenced_result_write_stops_the_run_before_the_next_model_call() 
     with pytest.raises(LeaseLost):
         await run_agent(config, model, tools, listeners=[writes])
     assert model.calls == 1
+
+
+def test_a_boundary_copy_keeps_its_children_when_the_run_goes_on() -> None:
+    """The flush writes the state taken at the step boundary: a child that starts or ends
+    after it must not leak into (or out of) that copy."""
+    from ordo.engine.delegation import ChildRecord
+    from ordo.operator.tasks.coalesce import copy_state
+
+    state = RunState()
+    state.children["c1"] = ChildRecord("c1", "p-1", "helper", "ask", 1, None, "Running")
+    copy = copy_state(state)
+    state.children["c2"] = ChildRecord("c2", "p-2", "helper", "ask", 2, None, "Running")
+    assert list(copy.children) == ["c1"]

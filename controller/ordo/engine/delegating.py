@@ -26,7 +26,7 @@ from dataclasses import replace
 from ..api.task import ToolOutcome
 from ..errors import LeaseLost, OrdoError
 from .delegation import ChildNotOwned, ChildRecord, ChildRequest, ChildState
-from .events import Listener, ToolFinished
+from .events import Checkpoint, Listener, ToolFinished
 from .screening import Screened
 from .state import RunConfig, RunState, ToolCallRecord
 from .tooling import MAX_CAUSE_CHARS, ToolBinding, failure_cause
@@ -121,6 +121,14 @@ async def delegate(
         tool=binding.object_name,
         known=known is not None,
     )
+    if known is None:
+        # The call id must be durable before a child named from it can exist: a parent that
+        # died after the create and before any checkpoint with this call would ask the model
+        # again, get a new call id and start a second child. Recorded as started, the call's
+        # checkpoint is written at once (as before a non-idempotent call) and a resume asks
+        # the delegator again under the same key, which finds the child.
+        state.started_calls.add(call.id)
+        await emit(Checkpoint(state))
     try:
         child = await config.delegator.start(request)
     except LeaseLost:

@@ -85,6 +85,7 @@ def copy_state(state: RunState) -> RunState:
         started_calls=set(state.started_calls),
         seen_ids=set(state.seen_ids),
         approvals=dict(state.approvals),
+        children=dict(state.children),
     )
 
 
