@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from tests.support.counting_tool import CountingTool
 from tests.support.credentials import opted_in
 from tests.support.openai_server import OpenAIServer
@@ -128,14 +129,17 @@ def parent_requests(model: OpenAIServer) -> list[dict[str, Any]]:
     return [b for b in model.bodies if PARENT in json.dumps(b)]
 
 
+@pytest.mark.parametrize("workers", ["auto", "0"], ids=["workers", "in-process"])
 def test_parent_delegates_to_a_child_with_one_slot(
     control_plane: ControlPlane,
     namespace: str,
     operator_factory: Callable[..., OperatorProcess],
+    workers: str,
 ) -> None:
     """With --max-concurrent-tasks 1 the parent waits holding no slot: the child runs, the
     parent resumes with its answer in the history and its tokens in its usage; the child is
-    an object owned by the parent, labelled with parent and root, listed in status.children."""
+    an object owned by the parent, labelled with parent and root, listed in status.children.
+    The runs in worker processes and on the operator's own loop alike."""
     cp, ns = control_plane, namespace
     script = {PARENT: [delegate(), answer("the child said 42", 7)], CHILD: [answer("42", 20)]}
     with OpenAIServer(script, require_key=KEY) as model:
@@ -147,7 +151,7 @@ def test_parent_delegates_to_a_child_with_one_slot(
             agent_tool("ask-helper", "helper"),
             agent("boss", ["ask-helper"]),
         )
-        operator = operator_factory("--max-concurrent-tasks", "1")
+        operator = operator_factory("--max-concurrent-tasks", "1", "--workers", workers)
         apply(cp, ns, task("root", "boss", f"{PARENT} what is it"))
         status = wait_task(cp, ns, "root")["status"]
         assert (status["phase"], status.get("output")) == ("Succeeded", "the child said 42"), (
@@ -306,6 +310,36 @@ def test_cancel_cascades_to_the_children(
         assert child_status["phase"] == "Cancelled", (
             child_status,
             operator.task_log(child["metadata"]["name"]),
+        )
+
+
+def test_a_deleted_parent_takes_its_children(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess
+) -> None:
+    """Deleting a parent whose child runs deletes the child (the operator does it, also on a
+    control plane without a garbage collector, as this one)."""
+    cp, ns = control_plane, namespace
+    script = {PARENT: [delegate()], CHILD: [answer("slow", delay=60.0)]}
+    with OpenAIServer(script, require_key=KEY) as model:
+        install(
+            cp,
+            ns,
+            model.url,
+            agent("helper", []),
+            agent_tool("ask-helper", "helper"),
+            agent("boss", ["ask-helper"]),
+        )
+        apply(cp, ns, task("doomed", "boss", f"{PARENT} go"))
+        wait_for(
+            lambda: any(CHILD in json.dumps(b) for b in model.bodies) or None,
+            60,
+            what="the child's model call",
+        )
+        cp.kubectl("delete", "task", "doomed", "-n", ns, "--wait=false")
+        wait_for(
+            lambda: not tasks(cp, ns) or None,
+            60,
+            what=f"the parent and its child to be gone: {operator.task_log('doomed')}",
         )
 
 
