@@ -416,3 +416,35 @@ def test_a_budget_spent_by_the_child_ends_both(
         )
         assert status["usage"]["totalTokens"] >= 15 + 501
         assert len(parent_requests(model)) == 1
+
+
+def test_sigkill_right_after_the_child_was_created(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    """The operator is killed as soon as the child Task exists (the parent's run may not have
+    written a checkpoint since): the resumed parent finds that child, asks the model no second
+    time for the call, and succeeds with one child."""
+    cp, ns = control_plane, namespace
+    script = {PARENT: [delegate(), answer("got 42")], CHILD: [answer("42", delay=3.0)]}
+    with OpenAIServer(script, require_key=KEY) as model:
+        install(
+            cp,
+            ns,
+            model.url,
+            agent("helper", []),
+            agent_tool("ask-helper", "helper"),
+            agent("boss", ["ask-helper"]),
+        )
+        operator = operator_factory("--lease-seconds", "5")
+        apply(cp, ns, task("early", "boss", f"{PARENT} go"))
+        wait_for(lambda: children_of(cp, ns, "early") or None, 60, what="the child Task")
+        operator.kill_and_restart()
+        status = wait_task(cp, ns, "early", timeout=120)["status"]
+        assert (status["phase"], status.get("output")) == ("Succeeded", "got 42"), (
+            status,
+            operator.task_log("early"),
+        )
+        assert len(children_of(cp, ns, "early")) == 1
+        assert len(parent_requests(model)) == 2
