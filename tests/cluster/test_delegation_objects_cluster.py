@@ -193,7 +193,8 @@ async def test_a_waiting_parent_wakes_when_its_child_ends_and_shows_its_progress
         },
         status=True,
     )
-    gate = childwait.ChildGate(client)
+    metrics = Metrics()
+    gate = childwait.ChildGate(client, metrics)
     wake, cancel = asyncio.Event(), asyncio.Event()
 
     async def past(body: dict[str, Any]) -> float:
@@ -230,6 +231,7 @@ async def test_a_waiting_parent_wakes_when_its_child_ends_and_shows_its_progress
         await asyncio.sleep(0.1)
     assert (shown["phase"], shown.get("awaitingApproval")) == ("Running", True)
     assert not waiting.done()
+    assert "ordo_tasks_awaiting_children 1.0" in generate_latest(metrics.registry).decode()
     await client.patch(
         "Task",
         namespace,
@@ -246,6 +248,7 @@ async def test_a_waiting_parent_wakes_when_its_child_ends_and_shows_its_progress
         None,
     )
     assert gate.waiting == {}
+    assert "ordo_tasks_awaiting_children 0.0" in generate_latest(metrics.registry).decode()
 
 
 async def test_the_cascade_cancels_running_children_and_deletes_those_of_a_deleted_parent(

@@ -138,7 +138,7 @@ class TaskScheduler:
             self.runner = self.pool
         self.approvals = ApprovalGate(client, cache, self.metrics)
         """Holds the jobs of Tasks that wait for tool-call approvals (approvals.py)."""
-        self.children = ChildGate(client)
+        self.children = ChildGate(client, self.metrics)
         """Holds the jobs of parent Tasks that wait for their children (childwait.py)."""
         self.jobs = JobSupervisor(
             client,

@@ -26,6 +26,7 @@ from typing import Any
 from ...api import TERMINAL_PHASES
 from ...runtime.delegation import PARENT_UID_LABEL
 from ..kube.client import ApiError, Fenced, KubeClient
+from ..telemetry.metrics import Metrics
 from . import taskstatus
 from .children import KIND, owned_by, state_of
 from .conditions import set_condition
@@ -92,11 +93,17 @@ def refreshed(entry: dict[str, Any], child: dict[str, Any] | None) -> dict[str, 
 
 class ChildGate:
     """Holds the scheduler jobs of parents that wait for their children (no slot, no
-    lease). `waiting` maps a waiting parent's uid to its job's wake event."""
+    lease). `waiting` maps a waiting parent's uid to its job's wake event; its size is the
+    gauge `ordo_tasks_awaiting_children`."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, metrics: Metrics | None = None) -> None:
         self.client = client
+        self.metrics = metrics
         self.waiting: dict[str, asyncio.Event] = {}
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.awaiting_children.set(len(self.waiting))
 
     def child_changed(self, body: dict[str, Any]) -> None:
         """A watch event of a Task: if it is a child of a waiting parent, wake the parent."""
@@ -128,7 +135,9 @@ class ChildGate:
                 if body is None or not awaiting_children(body):
                     return
                 uid = str(body["metadata"]["uid"])
-                self.waiting[uid] = wake
+                if uid not in self.waiting:
+                    self.waiting[uid] = wake
+                    self._gauge()
                 wake.clear()  # before the reads: an event during them is not lost
                 left = POLL_SECONDS
                 if time_left is not None:
@@ -150,8 +159,8 @@ class ChildGate:
                     waiter.cancel()
                     stopper.cancel()
         finally:
-            if uid is not None:
-                self.waiting.pop(uid, None)
+            if uid is not None and self.waiting.pop(uid, None) is not None:
+                self._gauge()
 
     async def _look(self, body: dict[str, Any]) -> bool:
         """Read the children the parent waits for, bring its `status.children` up to date;

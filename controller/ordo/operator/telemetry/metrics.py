@@ -102,6 +102,11 @@ class Metrics:
             "Tasks waiting for a human decision on a tool call (they hold no slot).",
             registry=r,
         )
+        self.awaiting_children = Gauge(
+            "ordo_tasks_awaiting_children",
+            "Parent Tasks waiting for their child Tasks to end (they hold no slot).",
+            registry=r,
+        )
         self.jobs_running = Gauge(
             "ordo_task_jobs_running",
             "Tasks executing in Job mode (a batch/v1 Job each) that this process supervises; "
