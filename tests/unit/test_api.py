@@ -566,6 +566,7 @@ MEM = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Memory", "metadata": {"name":
 KEY = {"secretRef": {"name": "s", "key": "k"}}
 HTTP = {"url": "https://x.example"}
 MCP = {"url": "http://mcp:8080/mcp"}
+A2A = {"url": "https://agent.example/a2a"}
 POL = {"apiVersion": "ordo.dev/v1alpha1", "kind": "AgentPolicy", "metadata": {"name": "p"}}
 
 
@@ -699,12 +700,25 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [{**TOOL, "spec": {"type": "mcp", "mcp": MCP}}],
         [{**TOOL, "spec": {"type": "mcp"}}],
     ),
-    "[has(self.http), has(self.mcp), has(self.mock), has(self.agent)].filter(x, x).size() <= 1": (
-        [{**TOOL, "spec": {"type": "mock", "mock": {}}}],
+    "[has(self.http), has(self.mcp), has(self.mock), has(self.agent), has(self.a2a)]"
+    ".filter(x, x).size() <= 1": (
+        [
+            {**TOOL, "spec": {"type": "mock", "mock": {}}},
+            {**TOOL, "spec": {"type": "a2a", "a2a": A2A}},
+        ],
         [
             {**TOOL, "spec": {"type": "mock", "mock": {}, "http": HTTP}},
             {**TOOL, "spec": {"type": "agent", "agent": {"ref": "a"}, "mock": {}}},
+            {**TOOL, "spec": {"type": "a2a", "a2a": A2A, "http": HTTP}},
         ],
+    ),
+    "self.type != 'a2a' || has(self.a2a)": (
+        [{**TOOL, "spec": {"type": "a2a", "a2a": {**A2A, "secretRef": KEY["secretRef"]}}}],
+        [{**TOOL, "spec": {"type": "a2a"}}],
+    ),
+    "self.type == 'a2a' || !has(self.a2a)": (
+        [{**TOOL, "spec": {"type": "mock", "mock": {}}}],
+        [{**TOOL, "spec": {"type": "mock", "a2a": A2A}}],
     ),
     "self.type != 'agent' || has(self.agent)": (
         [{**TOOL, "spec": {"type": "agent", "agent": {"ref": "helper"}}}],

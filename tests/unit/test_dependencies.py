@@ -22,6 +22,8 @@ IMPORT_NAMES = {
     "cel-python": "celpy",
     "psycopg": "psycopg",
     "httpx2": "httpx2",
+    "a2a-sdk": "a2a",
+    "protobuf": "google",
     "opentelemetry-api": "opentelemetry",
     "opentelemetry-sdk": "opentelemetry",
     "opentelemetry-exporter-otlp-proto-http": "opentelemetry",

@@ -1,4 +1,5 @@
-"""Tool: an HTTP endpoint or an MCP server tool the model may call."""
+"""Tool: an HTTP endpoint, an MCP server tool, another Agent or a remote A2A agent the model
+may call."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .base import (
 from .jsonschemas import user_schema
 from .toolapproval import MAX_REQUIRED_APPROVALS
 
-ToolType = Literal["http", "mcp", "mock", "agent"]
+ToolType = Literal["http", "mcp", "mock", "agent", "a2a"]
 RiskLevel = Literal["low", "medium", "high", "critical"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 MODEL_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -109,6 +110,22 @@ class AgentToolTarget(OrdoModel):
     """An Agent in the Tool's namespace."""
 
 
+class A2aToolTarget(OrdoModel):
+    """The remote A2A agent a call sends its input to (docs/a2a.md#calling-remote-agents):
+    each call is one A2A task there, through the official a2a-sdk client."""
+
+    url: Url
+    """The remote agent's base URL (its card is read from `/.well-known/agent-card.json` under
+    it) or the URL of its card (ending `.json`). Every URL used, the card's endpoint included,
+    passes the SSRF guard (docs/security.md)."""
+    headers: HeaderMap | None = None
+    """Extra request headers (no secrets here: use secretRef)."""
+    secret_ref: SecretKeyRef | None = None
+    """Secret key sent as `Authorization: Bearer <value>`. The Secret must carry the label
+    `ordo.dev/credential: "true"`; its annotation `ordo.dev/allowed-hosts`, if any, must list
+    the URL's host (docs/security.md#secrets)."""
+
+
 AGENT_TOOL_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"input": {"type": "string", "description": "What to ask the agent."}},
@@ -143,7 +160,8 @@ class ToolSpec(OrdoModel):
 
     type: ToolType
     """`http`, `mcp`, `mock` (a canned result, no network: for offline examples and tests), or
-    `agent` (each call runs another Agent as a child Task: docs/concepts.md#trees)."""
+    `agent` (each call runs another Agent as a child Task: docs/concepts.md#trees) or `a2a`
+    (each call is a task of a remote A2A agent: docs/a2a.md#calling-remote-agents)."""
     description: Annotated[str, Field(max_length=4096)] | None = None
     """What the tool does; shown to the model."""
     input_schema: ObjectSchema | None = None
@@ -158,6 +176,10 @@ class ToolSpec(OrdoModel):
     """Settings for `type: agent`: the Agent each call runs as a child Task (input schema
     `{input: string}` unless `inputSchema` is set: then the arguments, as JSON, are the
     child's input). The child's limits are narrowed to what the caller has left."""
+    a2a: Annotated[A2aToolTarget | None, Field(alias="a2a")] = None
+    """Settings for `type: a2a`: the remote agent each call sends a message to (input schema
+    `{input: string}` unless `inputSchema` is set: then the arguments, as JSON, are the
+    message). The call waits for the remote task to end, at most `timeout`, then cancels it."""
     timeout: PositiveDuration = "30s"
     """Deadline of one call."""
     risk_level: RiskLevel = "low"
@@ -181,10 +203,22 @@ class ToolSpec(OrdoModel):
             check=lambda s: s.type != "mcp" or s.mcp is not None,
         ),
         CelRule(
-            rule="[has(self.http), has(self.mcp), has(self.mock), has(self.agent)]"
+            rule="[has(self.http), has(self.mcp), has(self.mock), has(self.agent), has(self.a2a)]"
             ".filter(x, x).size() <= 1",
-            message="set only one of spec.http, spec.mcp, spec.mock and spec.agent",
-            check=lambda s: sum(x is not None for x in (s.http, s.mcp, s.mock, s.agent)) <= 1,
+            message="set only one of spec.http, spec.mcp, spec.mock, spec.agent and spec.a2a",
+            check=lambda s: (
+                sum(x is not None for x in (s.http, s.mcp, s.mock, s.agent, s.a2a)) <= 1
+            ),
+        ),
+        CelRule(
+            rule="self.type != 'a2a' || has(self.a2a)",
+            message="an a2a Tool needs spec.a2a.url",
+            check=lambda s: s.type != "a2a" or s.a2a is not None,
+        ),
+        CelRule(
+            rule="self.type == 'a2a' || !has(self.a2a)",
+            message="spec.a2a is only valid with type a2a",
+            check=lambda s: s.a2a is None or s.type == "a2a",
         ),
         CelRule(
             rule="self.type != 'agent' || has(self.agent)",

@@ -32,7 +32,7 @@ from .state import RunConfig, RunState, ToolCallRecord
 from .tooling import MAX_CAUSE_CHARS, ToolBinding, failure_cause
 from .transcript import ToolCall, ToolResult
 
-__all__ = ["children_message", "delegate", "to_start"]
+__all__ = ["children_message", "delegate", "finish_call", "to_start"]
 
 MAX_CHILD_MESSAGE_CHARS = 1000
 
@@ -111,7 +111,7 @@ async def delegate(
     started = time.monotonic()
     if reserved is not None and reserved <= 0:
         text = f"error: the run has no token budget left for agent {binding.agent.agent}"
-        return await _finish(call, screened, state, emit, started, (text, True, "NoBudgetLeft"))
+        return await finish_call(call, screened, state, emit, started, (text, True, "NoBudgetLeft"))
     request = ChildRequest(
         key=call.id,
         agent=binding.agent.agent,
@@ -135,11 +135,11 @@ async def delegate(
         raise
     except ChildNotOwned as exc:
         answer = (f"error: {exc}", True, exc.reason)
-        return await _finish(call, screened, state, emit, started, answer)
+        return await finish_call(call, screened, state, emit, started, answer)
     except Exception as exc:  # the delegator failed: the model sees an error, names only the type
         cause = exc.reason if isinstance(exc, OrdoError) else failure_cause(exc)
         text = f"error: the child Task could not be started ({type(exc).__name__})"
-        return await _finish(call, screened, state, emit, started, (text, True, cause))
+        return await finish_call(call, screened, state, emit, started, (text, True, cause))
     state.children[call.id] = ChildRecord(
         call.id,
         child.name,
@@ -158,10 +158,10 @@ async def delegate(
         return None  # the call waits for its child (no result yet)
     if known is None or not known.ended:  # its tokens count once, when it is seen ended
         state.usage = state.usage + child.usage
-    return await _finish(call, screened, state, emit, started, _answer(child))
+    return await finish_call(call, screened, state, emit, started, _answer(child))
 
 
-async def _finish(
+async def finish_call(
     call: ToolCall,
     screened: Screened,
     state: RunState,
@@ -169,6 +169,8 @@ async def _finish(
     started: float,
     answer: tuple[str, bool, str | None],
 ) -> tuple[ToolCallRecord, ToolResult]:
+    """The record and result of a call that was answered without its executor: `answer` is
+    (result text, is error, cause)."""
     text, is_error, cause = answer
     outcome: ToolOutcome = "error" if is_error else "succeeded"
     await emit(

@@ -14,6 +14,7 @@ from .approvals import DEFAULT_TIMEOUT_SECONDS, ApprovalDecider, PendingApproval
 from .delegation import DEFAULT_MAX_DEPTH, ChildRecord, Delegator, Lineage
 from .governance import Governance, OnToolDenied, PolicyRefresh
 from .guardrails import GuardrailRecord
+from .remote import RemoteRecord
 from .toolrules import RuleSubject
 from .transcript import AssistantMessage, Item, Usage, item_from_dict, item_to_dict
 
@@ -96,6 +97,9 @@ class RunState:
     children: dict[str, ChildRecord] = field(default_factory=dict)
     """Every child Task the run started, by the call id that started it, pending or ended
     (engine/delegating.py)."""
+    remote_tasks: dict[str, RemoteRecord] = field(default_factory=dict)
+    """Every remote A2A task the run sent, by the call id that sent it: a resumed run polls
+    it instead of sending again (engine/remotecalls.py)."""
 
     @property
     def waiting_children(self) -> list[ChildRecord]:
@@ -127,6 +131,11 @@ class RunState:
             **({"judgeCalls": dict(self.judge_calls)} if self.judge_calls else {}),
             **(
                 {"children": [c.to_dict() for c in self.children.values()]} if self.children else {}
+            ),
+            **(
+                {"remoteTasks": [r.to_dict() for r in self.remote_tasks.values()]}
+                if self.remote_tasks
+                else {}
             ),
         }
 
@@ -163,6 +172,10 @@ class RunState:
             # A checkpoint written before `children` existed: the run started none.
             children={
                 c.key: c for c in (ChildRecord.from_dict(x) for x in d.get("children") or [])
+            },
+            # A checkpoint written before `remoteTasks` existed: the run sent none.
+            remote_tasks={
+                r.key: r for r in (RemoteRecord.from_dict(x) for x in d.get("remoteTasks") or [])
             },
         )
 

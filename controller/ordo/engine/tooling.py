@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from ..api import Tool
 from ..errors import ToolFailure
+from .remote import RemoteTarget
 
 __all__ = [
     "MAX_CAUSE_CHARS",
@@ -89,6 +90,9 @@ class ToolBinding:
     agent: AgentTarget | None = None
     """Set for an `agent` Tool: a call starts a child Task through the run's delegator
     instead of the executor (which answers that delegation is not available)."""
+    remote: RemoteTarget | None = None
+    """Set for an `a2a` Tool: a call is a task of a remote agent (engine/remotecalls.py)
+    instead of the executor (which is then never called)."""
 
 
 @dataclass(frozen=True)

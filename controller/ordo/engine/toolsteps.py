@@ -5,7 +5,7 @@ with none yet. A refusal that must end the run comes back as a `Denial` (engine/
 
 After a restart, `complete_pending` finishes the calls of the last step that have no result:
 a call that may have started runs again only if its tool is idempotent (else the run ends
-`Interrupted`). `fill_unanswered` keeps the transcript well-formed when a run stops mid-step.
+`Interrupted`); an `a2a` call polls its remote task instead (engine/remotecalls.py). `fill_unanswered` keeps the transcript well-formed when a run stops mid-step.
 
 Every record names what the model's name was bound to (`_attributed`): the Tool object, or a
 built-in, so the audit trail tells a Tool's call from a built-in's.
@@ -32,6 +32,7 @@ from .events import (
 )
 from .governance import memory_operation
 from .guardrails import GuardrailBinding
+from .remotecalls import call_remote
 from .screening import Screened, approval_gate, screen_call
 from .state import RunConfig, RunState, ToolCallRecord
 from .tooling import ToolBinding, ToolFailure, failure_cause
@@ -127,6 +128,7 @@ async def run_calls(
             and call.id in state.started_calls
             and not screened.binding.idempotent
             and screened.binding.agent is None  # a child is found again, never repeated
+            and screened.binding.remote is None  # a remote task is polled, never sent twice
         ):
             interrupted = replace(screened.record, outcome="interrupted")
             state.records.append(_attributed(interrupted, bound))
@@ -160,6 +162,10 @@ async def run_calls(
             if done is None:
                 continue  # waits for its child Task: no result yet (delegating.py)
             record, result = done
+        elif screened.binding.remote is not None:
+            record, result = await call_remote(
+                call, screened, config, state, emit, deadline=deadline
+            )
         else:
             record, result = await _execute(screened, call, state, emit)
         withheld = False

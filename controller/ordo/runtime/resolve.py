@@ -76,7 +76,7 @@ async def _tool(store: ObjectStore, namespace: str, name: str) -> ResolvedTool:
     except ValueError as exc:
         raise ResolutionError("InvalidSpec", str(exc)) from None
     secret = None
-    target = tool.spec.http or tool.spec.mcp
+    target = tool.spec.http or tool.spec.mcp or tool.spec.a2a
     if target is not None and target.secret_ref is not None:
         ref = target.secret_ref
         secret = await fetch.credential(

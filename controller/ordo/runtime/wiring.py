@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from ..api import parse_duration
 from ..api.tool import AGENT_TOOL_INPUT_SCHEMA
 from ..engine.delegation import DEFAULT_MAX_DEPTH, Delegator, lineage_of
 from ..engine.model import ModelClient
+from ..engine.remote import RemoteTarget
 from ..engine.state import RunConfig
 from ..engine.tooling import AgentTarget, ResolvedTool, ToolBinding, ToolOutput
 from ..engine.toolrules import RuleSubject
@@ -70,11 +72,15 @@ async def tool_bindings(snapshot: Snapshot) -> tuple[list[ToolBinding], list[Any
     from ..tools import binding
     from ..tools.memory_tools import memory_bindings
 
-    bindings = [
-        agent_binding(t) if t.tool.spec.type == "agent" else await binding(t)
-        for t in snapshot.tools.values()
-    ]
     closers: list[Any] = []
+    bindings: list[ToolBinding] = []
+    for t in snapshot.tools.values():
+        if t.tool.spec.type == "agent":
+            bindings.append(agent_binding(t))
+        elif t.tool.spec.type == "a2a":
+            bindings.append(a2a_binding(t, snapshot, closers))
+        else:
+            bindings.append(await binding(t))
     if snapshot.memory is not None:
         backend = await open_backend(snapshot.memory, snapshot.memory_secret)
         closers.append(backend)
@@ -104,6 +110,34 @@ def agent_binding(resolved: ResolvedTool) -> ToolBinding:
         executor=_no_delegation,
         idempotent=spec.idempotent,
         agent=AgentTarget(target, whole_arguments=spec.input_schema is not None),
+    )
+
+
+async def _not_sent(arguments: dict[str, Any]) -> ToolOutput:
+    return ToolOutput("error: remote agents are not available here", True, "RemoteUnavailable")
+
+
+def a2a_binding(resolved: ResolvedTool, snapshot: Snapshot, closers: list[Any]) -> ToolBinding:
+    """An `a2a` Tool's binding: its calls are tasks of the remote agent (engine/remotecalls.py),
+    through a client kept for the run (added to `closers`); its input schema is its own or
+    `{input: string}`. Message ids derive from the Task's uid (its name where it has none)."""
+    from ..tools.a2a import A2aRemoteAgent
+
+    spec = resolved.tool.spec
+    assert spec.a2a is not None  # the Tool's rules require spec.a2a for type a2a
+    task = snapshot.task
+    remote = A2aRemoteAgent(resolved, task.metadata.uid or f"{task.namespace}/{task.name}")
+    closers.append(remote)
+    return ToolBinding(
+        name=resolved.model_name,
+        object_name=resolved.tool.name,
+        description=spec.description
+        or "Ask a remote agent: it runs your input as its own task and returns its answer.",
+        parameters=spec.input_schema or AGENT_TOOL_INPUT_SCHEMA,
+        executor=_not_sent,
+        idempotent=spec.idempotent,
+        timeout=parse_duration(spec.timeout),
+        remote=RemoteTarget(remote, whole_arguments=spec.input_schema is not None),
     )
 
 

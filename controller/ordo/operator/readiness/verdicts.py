@@ -252,7 +252,7 @@ async def tool_verdict(body: dict[str, Any], store: ObjectStore) -> Verdict:
         visible = model_tool_name(tool.name)
     except ValueError as exc:
         return Verdict("False", "InvalidSpec", str(exc))
-    target = tool.spec.http or tool.spec.mcp
+    target = tool.spec.http or tool.spec.mcp or tool.spec.a2a
     checked = Credential()
     if target is not None and target.secret_ref is not None:
         where = destination(target.url)

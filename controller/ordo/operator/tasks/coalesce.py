@@ -86,6 +86,7 @@ def copy_state(state: RunState) -> RunState:
         seen_ids=set(state.seen_ids),
         approvals=dict(state.approvals),
         children=dict(state.children),
+        remote_tasks=dict(state.remote_tasks),
     )
 
 
