@@ -118,6 +118,31 @@ class Execution(OrdoModel):
     """Requests and limits of the Job pod (Job mode only)."""
 
 
+class A2ASkill(OrdoModel):
+    """A skill the Agent's A2A card lists (what callers may ask of it; it narrows nothing)."""
+
+    name: Annotated[
+        str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    ]
+    """The skill's id on the card."""
+    description: Annotated[str, Field(max_length=4096)] | None = None
+    """What the skill does, for callers choosing an agent."""
+    tags: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=16)] | None = None
+    """Keywords on the card."""
+
+
+class A2AServing(OrdoModel):
+    """Whether `ordo gateway` serves the Agent over A2A, and what its card says."""
+
+    enabled: bool = False
+    """`true`: the gateway serves the Agent's card and JSON-RPC endpoint at
+    `/a2a/<namespace>/<agent>`; otherwise it answers 404 there, as for a missing Agent."""
+    description: Annotated[str, Field(max_length=4096)] | None = None
+    """The card's description. Unset: a generic one naming the Agent."""
+    skills: Annotated[list[A2ASkill], named_items(32), UniqueNames] | None = None
+    """The card's skills."""
+
+
 class AgentSpec(OrdoModel):
     """Desired state of an Agent."""
 
@@ -151,6 +176,8 @@ class AgentSpec(OrdoModel):
     guardrails: NameList | None = None
     """Names of Guardrails that check its runs (input, tool calls, tool results, answer), in
     this order; a missing one fails the Task `GuardrailMissing` before any model call."""
+    a2a: Annotated[A2AServing | None, Field(alias="a2a")] = None
+    """Serving over A2A (`ordo gateway`, docs/a2a.md): opt-in, and the agent card's text."""
 
     _check_output_schema = field_validator("output_schema")(user_schema)
 

@@ -114,6 +114,12 @@ def register(sub: Any) -> None:
     operator_main.add_arguments(operator)
     operator.set_defaults(func=operator_main.run)
 
+    from ..gateway import main as gateway_main
+
+    gateway = sub.add_parser("gateway", help="serve the Agents that opt in over A2A (docs/a2a.md)")
+    gateway_main.add_arguments(gateway)
+    gateway.set_defaults(func=gateway_main.run)
+
     run_task = sub.add_parser(
         "run-task",
         help="run one claimed Task (the process of a Job-mode pod; see docs/operations.md)",

@@ -147,6 +147,14 @@ class KubeClient(Session):
         name = user.get("username")
         return name if isinstance(name, str) else ""
 
+    async def review(self, api_path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a review (a TokenReview, a SubjectAccessReview) at `api_path` and return
+        the answer. The API server stores nothing, so it is retried like a read."""
+        result: dict[str, Any] = await self._request(
+            "create", "POST", api_path, json=body, idempotent=True
+        )
+        return result
+
     async def delete_collection(self, kind: str, namespace: str, label_selector: str) -> int:
         """Delete every object of `kind` in `namespace` that `label_selector` selects, in one
         request; the number deleted. The answer lists the deleted objects' metadata only

@@ -1,0 +1,298 @@
+"""`ordo gateway` against the real control plane, with the operator and the gateway as
+subprocesses and the official a2a-sdk client (not ordo's code) as the caller: the card, a
+streamed send with a ServiceAccount token to the answer, an identical retried send that
+creates no second Task, the requester set by the gateway, refusals (no token 401, no `create
+tasks` 403 and no Task, an Agent that did not opt in 404), an approval-gated Tool shown as
+INPUT_REQUIRED, and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
+from tests.support.operator import OperatorProcess, apply, doc, free_port, tasks, wait_for
+
+from ordo_devcluster import ControlPlane
+
+AUDIENCE = "ordo-gateway"
+ANSWER = "The gateway answer"
+
+
+def role(name: str, verbs: list[str], account: str) -> str:
+    """A Role on Tasks with `verbs`, bound to ServiceAccount `account`."""
+    rule = {"apiGroups": ["ordo.dev"], "resources": ["tasks"], "verbs": verbs}
+    bound = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account}],
+    }
+    rbac = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"}
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [{**rbac, "metadata": {"name": name}, "rules": [rule]}, bound],
+        }
+    )
+
+
+class GatewayProcess:
+    """`ordo gateway -n NS` in a subprocess, as the admin of the control plane."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, log_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / "gateway.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "ordo.cli.main",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--namespace",
+            namespace,
+            "--audience",
+            AUDIENCE,
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=cp.env(os.environ),
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"gateway not ready:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def gateway(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(control_plane, namespace, tmp_path)
+    yield process
+    process.stop()
+
+
+def setup(cp: ControlPlane, ns: str) -> None:
+    apply(cp, ns, role("a2a-caller", ["create", "get", "list", "watch", "patch"], "caller"))
+    apply(cp, ns, role("a2a-reader", ["get", "list"], "reader"))
+    for account in ("caller", "reader"):
+        cp.kubectl("create", "serviceaccount", account, "-n", ns)
+    turns = [{"toolCalls": [{"tool": "lookup", "arguments": {"q": "x"}}]}, {"text": ANSWER}]
+    approval_turns = [{"toolCalls": [{"tool": "deploy", "arguments": {"target": "prod"}}]}]
+    for manifest in (
+        doc("ModelEndpoint", "model", {"provider": "mock", "model": "m", "mock": {"turns": turns}}),
+        doc(
+            "ModelEndpoint",
+            "approval-model",
+            {"provider": "mock", "model": "m", "mock": {"turns": approval_turns}},
+        ),
+        doc(
+            "Tool",
+            "lookup",
+            {"type": "mock", "description": "looks up", "mock": {"result": "found"}},
+        ),
+        doc(
+            "Tool",
+            "deploy",
+            {
+                "type": "mock",
+                "description": "deploys",
+                "mock": {"result": "ok"},
+                "approval": {"required": True, "timeout": "1h"},
+            },
+        ),
+        doc(
+            "Agent",
+            "helper",
+            {
+                "modelRef": "model",
+                "tools": ["lookup"],
+                "a2a": {
+                    "enabled": True,
+                    "description": "Answers questions.",
+                    "skills": [{"name": "answer", "description": "answers", "tags": ["qa"]}],
+                },
+            },
+        ),
+        doc(
+            "Agent",
+            "deployer",
+            {"modelRef": "approval-model", "tools": ["deploy"], "a2a": {"enabled": True}},
+        ),
+        doc("Agent", "hidden", {"modelRef": "model"}),
+    ):
+        apply(cp, ns, manifest)
+
+
+def token(cp: ControlPlane, ns: str, account: str) -> str:
+    result = cp.kubectl("create", "token", account, "-n", ns, "--audience", AUDIENCE)
+    return result.stdout.strip()
+
+
+def message(text: str, message_id: str) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(message_id=message_id, role=Role.ROLE_USER, parts=[Part(text=text)])
+    )
+
+
+async def client_for(gw: GatewayProcess, ns: str, agent: str, bearer: str, **config: Any) -> Any:
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=60)
+    card = await A2ACardResolver(http, f"{gw.url}/a2a/{ns}/{agent}").get_agent_card()
+    return await create_client(card, ClientConfig(httpx_client=http, **config)), card
+
+
+def test_card_stream_answer_and_retried_send(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, gateway: GatewayProcess
+) -> None:
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    bearer = token(cp, ns, "caller")
+
+    async def scenario() -> tuple[Any, list[Any], Any]:
+        client, card = await client_for(gateway, ns, "helper", bearer)
+        events = [e async for e in client.send_message(message("what?", "msg-1"))]
+        again = [e async for e in client.send_message(message("what?", "msg-1"))]
+        await client.close()
+        return card, events, again
+
+    card, events, again = asyncio.run(scenario())
+    assert card.name == "helper" and card.description == "Answers questions."
+    assert [s.id for s in card.skills] == ["answer"]
+    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert "kubernetes" in card.security_schemes
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task"
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    assert TaskState.TASK_STATE_WORKING in states
+    assert states[-1] == TaskState.TASK_STATE_COMPLETED, events[-1]
+    artifacts = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert [p.text for a in artifacts for p in a.parts] == [ANSWER]
+    # The retried send finds the same (finished) Task: one Task, no second run.
+    assert again[0].task.id == events[0].task.id
+    assert again[0].task.status.state == TaskState.TASK_STATE_COMPLETED
+    items = tasks(cp, ns)
+    assert [t["metadata"]["name"] for t in items] == [events[0].task.id]
+    annotations = items[0]["metadata"]["annotations"]
+    assert annotations["ordo.dev/requested-by"] == f"system:serviceaccount:{ns}:caller"
+
+
+def test_refusals(control_plane: ControlPlane, namespace: str, gateway: GatewayProcess) -> None:
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    }
+    headers = {"A2A-Version": "1.0"}
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        assert http.post(f"/a2a/{ns}/helper", json=body, headers=headers).status_code == 401
+        wrong = {**headers, "Authorization": "Bearer not-a-token"}
+        assert http.post(f"/a2a/{ns}/helper", json=body, headers=wrong).status_code == 401
+        reader = {**headers, "Authorization": f"Bearer {token(cp, ns, 'reader')}"}
+        refused = http.post(f"/a2a/{ns}/helper", json=body, headers=reader)
+        assert refused.status_code == 403 and refused.text == "403"
+        # A token for another audience (the API server's own) is not the gateway's.
+        other = cp.kubectl("create", "token", "caller", "-n", ns).stdout.strip()
+        assert (
+            http.post(
+                f"/a2a/{ns}/helper",
+                json=body,
+                headers={**headers, "Authorization": f"Bearer {other}"},
+            ).status_code
+            == 401
+        )
+        for agent in ("hidden", "missing"):
+            assert http.get(f"/a2a/{ns}/{agent}/.well-known/agent-card.json").status_code == 404
+        caller = {**headers, "Authorization": f"Bearer {token(cp, ns, 'caller')}"}
+        assert http.post(f"/a2a/{ns}/hidden", json=body, headers=caller).status_code == 404
+        assert http.post(f"/a2a/other-{ns}/helper", json=body, headers=caller).status_code == 404
+    assert tasks(cp, ns) == []
+
+
+def test_approval_is_input_required_and_cancel(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, gateway: GatewayProcess
+) -> None:
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    bearer = token(cp, ns, "caller")
+
+    async def send() -> str:
+        client, _ = await client_for(gateway, ns, "deployer", bearer, polling=True)
+        events = [e async for e in client.send_message(message("deploy", "msg-9"))]
+        await client.close()
+        return str(events[0].task.id)
+
+    name = asyncio.run(send())
+
+    async def get() -> Any:
+        client, _ = await client_for(gateway, ns, "deployer", bearer)
+        task = await client.get_task(GetTaskRequest(id=name))
+        await client.close()
+        return task
+
+    wait_for(
+        lambda: asyncio.run(get()).status.state == TaskState.TASK_STATE_INPUT_REQUIRED,
+        what="INPUT_REQUIRED",
+    )
+
+    async def cancel() -> Any:
+        client, _ = await client_for(gateway, ns, "deployer", bearer)
+        task = await client.cancel_task(CancelTaskRequest(id=name))
+        await client.close()
+        return task
+
+    asyncio.run(cancel())
+    assert json.loads(cp.kubectl("get", "task", name, "-n", ns, "-o", "json").stdout)["spec"][
+        "cancel"
+    ]
+    wait_for(
+        lambda: asyncio.run(get()).status.state == TaskState.TASK_STATE_CANCELED,
+        what="CANCELED",
+    )
