@@ -12,6 +12,7 @@ from typing import Literal
 Reason = Literal[
     "Succeeded",
     "AgentNotFound",
+    "TeamNotFound",
     "ModelEndpointNotFound",
     "ToolNotFound",
     "ReservedToolName",

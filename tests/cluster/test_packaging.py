@@ -126,6 +126,7 @@ ORDO_KINDS = (
     "memories",
     "tasks",
     "toolapprovals",
+    "teams",
 )
 
 

@@ -55,6 +55,9 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     | {(GROUP, "tasks", "create"), (GROUP, "tasks/finalizers", "update")}
     # Status written with merge patches: Task progress and results, Ready conditions.
     | {(GROUP, f"{r}/status", "patch") for r in ORDO_RESOURCES}
+    # Teams (a Team Task's members, their Ready condition); the Job runner never reads them.
+    | {(GROUP, "teams", v) for v in ("get", "list", "watch")}
+    | {(GROUP, "teams/status", "patch")}
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
     | {("", "secrets", "get")}
     # The per-Task checkpoint ConfigMap ordo-checkpoint-<uid> (every save after the first is a

@@ -67,7 +67,7 @@ def _example_documents() -> list[manifests.Document]:
 def test_crds_are_current() -> None:
     rendered = crdgen.render_all()
     on_disk = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert len(rendered) == 10
+    assert len(rendered) == 11
     assert sorted(on_disk) == sorted(rendered), "run `ordo crds`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"crds/{name} is stale: run `ordo crds`"
@@ -209,7 +209,8 @@ def test_research_agent_uses_every_configuration_kind() -> None:
     mset = manifests.load([str(EXAMPLES / "research-agent")])
     kinds = {obj.kind for _, obj in mset.objects}
     # A ToolApproval decides a call of a running Task: nothing an example can name ahead.
-    assert kinds == set(KINDS) - {"ToolApproval"}
+    # Teams have their own example (examples/team).
+    assert kinds == set(KINDS) - {"ToolApproval", "Team"}
     (agent,) = [o for _, o in mset.objects if isinstance(o, Agent)]
     assert agent.spec.memory is not None and agent.spec.memory.ref and agent.spec.memory.allow
 
@@ -590,6 +591,17 @@ def _grl(type_: str, **settings: Any) -> dict[str, Any]:
 TA = {"apiVersion": "ordo.dev/v1alpha1", "kind": "ToolApproval", "metadata": {"name": "a"}}
 TA_SPEC = {"taskRef": "t", "callId": "call_1"}
 TA_WHO = {"argsDigest": "sha256:" + "0" * 64, "approvedBy": "alice"}
+TASK = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Task", "metadata": {"name": "t"}}
+TASK_AGENT = {**TASK, "spec": {"agentRef": "a", "input": "x"}}
+TASK_TEAM = {**TASK, "spec": {"teamRef": "t", "input": "x"}}
+TEAM = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Team", "metadata": {"name": "t"}}
+MEMBER = {"name": "a", "agentRef": "a"}
+
+
+def _team(strategy: str, members: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    return {**TEAM, "spec": {"strategy": strategy, "members": members or [MEMBER], **spec}}
+
+
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "self.type != 'pattern' || has(self.pattern)": (
         [_grl("pattern", pattern=GRL_PATTERN), _grl("http", http=GRL_HTTP)],
@@ -808,6 +820,35 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
                 },
             },
         ],
+    ),
+    "has(self.agentRef) != has(self.teamRef)": (
+        [TASK_AGENT, TASK_TEAM],
+        [{**TASK, "spec": {"input": "x"}}, {**TASK, "spec": {"agentRef": "a", "teamRef": "t"}}],
+    ),
+    "!has(self.teamRef) || (!has(self.skill) && !has(self.instructions) && "
+    "!(has(self.limits) && has(self.limits.maxSteps)))": (
+        [
+            TASK_TEAM,
+            {**TASK, "spec": {"teamRef": "t", "limits": {"timeout": "1m", "maxTokens": 9}}},
+            {**TASK, "spec": {"agentRef": "a", "skill": "s", "limits": {"maxSteps": 2}}},
+        ],
+        [
+            {**TASK, "spec": {"teamRef": "t", "skill": "s"}},
+            {**TASK, "spec": {"teamRef": "t", "instructions": "be brief"}},
+            {**TASK, "spec": {"teamRef": "t", "limits": {"maxSteps": 2}}},
+        ],
+    ),
+    "self.strategy != 'Parallel' || has(self.aggregator)": (
+        [_team("Parallel", aggregator={"agentRef": "agg"}), _team("Sequential")],
+        [_team("Parallel")],
+    ),
+    "self.strategy != 'Sequential' || !has(self.aggregator)": (
+        [_team("Sequential"), _team("Parallel", aggregator={"agentRef": "agg"})],
+        [_team("Sequential", aggregator={"agentRef": "agg"})],
+    ),
+    "self.members.all(m, self.members.exists_one(n, n.name == m.name))": (
+        [_team("Sequential", members=[MEMBER, {"name": "b", "agentRef": "a"}])],
+        [_team("Sequential", members=[MEMBER, {**MEMBER, "agentRef": "other"}])],
     ),
 }
 

@@ -14,6 +14,7 @@ from .memory import Memory, MemorySpec
 from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
+from .team import Team, TeamSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
 from .tool import Tool, ToolSpec, model_tool_name, reserved_tool_name
 from .toolapproval import TOOL_APPROVAL_IMMUTABLE, ToolApproval, ToolApprovalSpec
@@ -147,6 +148,7 @@ KINDS: dict[str, KindInfo] = {
             ("otask",),
             (
                 _col("Agent", ".spec.agentRef"),
+                _col("Team", ".spec.teamRef"),
                 _col("Parent", ".metadata.labels.ordo\\.dev/parent"),
                 _col("Phase", ".status.phase"),
                 _col("Reason", ".status.reason"),
@@ -159,6 +161,16 @@ KINDS: dict[str, KindInfo] = {
                 AGE,
             ),
             spec_rules=(TASK_SPEC_IMMUTABLE,),
+        ),
+        KindInfo(
+            Team,
+            "teams",
+            ("oteam",),
+            (
+                _col("Strategy", ".spec.strategy"),
+                _col("Ready", READY),
+                AGE,
+            ),
         ),
         KindInfo(
             ToolApproval,
@@ -204,6 +216,8 @@ __all__ = [
     "Task",
     "TaskSpec",
     "TaskStatus",
+    "Team",
+    "TeamSpec",
     "Tool",
     "ToolApproval",
     "ToolApprovalSpec",

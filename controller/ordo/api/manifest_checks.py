@@ -106,7 +106,7 @@ def check_skills(mset: ManifestSet) -> list[Problem]:
     for doc, obj in mset.objects:
         if not isinstance(obj, Task) or obj.spec.skill is None:
             continue
-        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        agent = agents.get((obj.namespace, obj.spec.agent_ref or ""))
         if agent is None:
             continue
         names = [s.name for s in agent.spec.skills or []]
@@ -155,7 +155,7 @@ def check_limits(mset: ManifestSet) -> list[Problem]:
     for doc, obj in mset.objects:
         if not isinstance(obj, Task) or obj.spec.limits is None:
             continue
-        agent = agents.get((obj.namespace, obj.spec.agent_ref))
+        agent = agents.get((obj.namespace, obj.spec.agent_ref or ""))
         if agent is None:
             continue
         wanted, bound = obj.spec.limits, agent.spec.limits
@@ -261,6 +261,7 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
     from .guardrail import Guardrail
     from .rbac import ToolPermission
     from .task import Task
+    from .team import Team
     from .tool import Tool
 
     refs: list[tuple[str, str, str]] = []
@@ -275,7 +276,15 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
         for i, guardrail in enumerate(obj.spec.guardrails or []):
             refs.append((f"spec.guardrails[{i}]", "Guardrail", guardrail))
     elif isinstance(obj, Task):
-        refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
+        if obj.spec.agent_ref is not None:
+            refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
+        if obj.spec.team_ref is not None:
+            refs.append(("spec.teamRef", "Team", obj.spec.team_ref))
+    elif isinstance(obj, Team):
+        for i, member in enumerate(obj.spec.members):
+            refs.append((f"spec.members[{i}].agentRef", "Agent", member.agent_ref))
+        if obj.spec.aggregator is not None:
+            refs.append(("spec.aggregator.agentRef", "Agent", obj.spec.aggregator.agent_ref))
     elif isinstance(obj, Tool) and obj.spec.agent is not None:
         refs.append(("spec.agent.ref", "Agent", obj.spec.agent.ref))
     elif isinstance(obj, ToolPermission):

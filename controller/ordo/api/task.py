@@ -59,8 +59,11 @@ class TaskSpec(OrdoModel):
     enforces it for every field but `input`, whose untyped value CEL cannot compare; the
     operator runs the input it read when it claimed the Task)."""
 
-    agent_ref: Name
-    """The Agent to run."""
+    agent_ref: Name | None = None
+    """The Agent to run (exactly one of `agentRef` and `teamRef`)."""
+    team_ref: Name | None = None
+    """The Team to run instead of one Agent (docs/concepts.md#teams): its members run as child
+    Tasks; `skill`, `instructions` and `limits.maxSteps` are then not allowed."""
     input: JsonValue | None = None
     """String or object: the user input, as text or as a JSON object (the schema cannot say
     both, so `kubectl explain` shows `<Object>`). Edits after creation are accepted but have
@@ -85,11 +88,30 @@ class TaskSpec(OrdoModel):
 
     _check_output_schema = field_validator("output_schema")(user_schema)
 
-    cel_rules: ClassVar[tuple[CelRule, ...]] = ()
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            rule="has(self.agentRef) != has(self.teamRef)",
+            message="exactly one of spec.agentRef and spec.teamRef must be set",
+            check=lambda s: (s.agent_ref is None) != (s.team_ref is None),
+        ),
+        CelRule(
+            rule="!has(self.teamRef) || (!has(self.skill) && !has(self.instructions) && "
+            "!(has(self.limits) && has(self.limits.maxSteps)))",
+            message="spec.teamRef does not allow skill, instructions or limits.maxSteps",
+            check=lambda s: s.team_ref is None
+            or (s.skill is None and s.instructions is None and not (s.limits and s.limits.max_steps)),
+        ),
+    )
+
+    @property
+    def runs(self) -> str:
+        """What the Task runs, for messages and labels: `agent NAME` or `team NAME`."""
+        return f"team {self.team_ref}" if self.team_ref is not None else f"agent {self.agent_ref}"
 
 
 IMMUTABLE_TASK_FIELDS = (
     "agentRef",
+    "teamRef",
     "input",
     "instructions",
     "skill",
@@ -106,8 +128,8 @@ operator enforces these: it snapshots them when it claims the Task."""
 
 
 def _immutable_rule() -> str:
-    parts = ["self.agentRef == oldSelf.agentRef"]
-    for f in IMMUTABLE_TASK_FIELDS[1:]:
+    parts = []
+    for f in IMMUTABLE_TASK_FIELDS:
         if f in CEL_INVISIBLE_TASK_FIELDS:
             continue
         parts.append(f"(has(self.{f}) == has(oldSelf.{f}))")

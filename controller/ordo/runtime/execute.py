@@ -33,6 +33,7 @@ from .outcome import OutcomePhase, TaskOutcome, TerminalPhase, internal_error
 from .resolve import resolve
 from .snapshot import Snapshot
 from .store import ObjectStore
+from .team import TeamRun, resolve_team, run_team
 from .wiring import ModelFactory, close_quietly, default_model_factory, run_config, tool_bindings
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Prepare",
     "Prepared",
     "TaskOutcome",
+    "TeamPrepare",
     "TerminalPhase",
     "execute",
     "internal_error",
@@ -65,6 +67,9 @@ class Prepared:
 
 
 Prepare = Callable[[Snapshot], Awaitable[Prepared]]
+TeamPrepare = Callable[[TeamRun], Awaitable[Prepared]]
+"""What the caller adds to a Team Task's run (runtime/team.py): its `delegator` and
+`max_delegation_depth`; the rest of `Prepared` is an Agent run's."""
 
 
 async def execute(
@@ -77,6 +82,7 @@ async def execute(
     model_factory: ModelFactory = default_model_factory,
     started_at: float | None = None,
     snapshot: Snapshot | None = None,
+    prepare_team: TeamPrepare | None = None,
 ) -> TaskOutcome:
     """Resolve and run one Task to a terminal outcome. Never raises but for cancellation of
     the calling task. `started_at` (epoch seconds) anchors the deadline; default now. The run
@@ -84,8 +90,17 @@ async def execute(
 
     `snapshot`: the Task already resolved by the caller (the operator's scheduler resolves
     once for its GitOps pre-check, operator/tasks/references.py); the run uses it as is and
-    does not read the Task's references again. None: resolve here."""
+    does not read the Task's references again. None: resolve here.
+
+    A Task with `spec.teamRef` runs its Team (runtime/team.py) under an invoke_workflow span:
+    `prepare_team` gives it the front end's delegator; `prepare` and `snapshot` are an Agent
+    run's."""
     anchor = started_at if started_at is not None else time.time()
+    if task.spec.team_ref is not None:
+        with tracing.run_span(task) as run:
+            outcome = await _execute_team(task, store, prepare_team, cancel, anchor)
+            run.finish(outcome)
+        return dataclasses.replace(outcome, trace_id=run.ids.trace_id)
     with tracing.run_span(task) as run:
 
         async def traced(snapshot: Snapshot) -> Prepared:
@@ -123,6 +138,31 @@ async def _execute(
         return TaskOutcome("Failed", exc.reason, exc.message, snapshot=snapshot, error=exc)
     except Exception as exc:
         return internal_error(exc, snapshot)
+
+
+async def _execute_team(
+    task: Task,
+    store: ObjectStore,
+    prepare: TeamPrepare | None,
+    cancel: asyncio.Event | None,
+    anchor: float,
+) -> TaskOutcome:
+    try:
+        team = await resolve_team(task, store)
+        prepared = await prepare(team) if prepare is not None else Prepared()
+        return await run_team(
+            team,
+            prepared.delegator,
+            anchor=anchor,
+            max_depth=prepared.max_delegation_depth,
+            cancel=cancel,
+        )
+    except asyncio.CancelledError:
+        raise
+    except OrdoError as exc:
+        return TaskOutcome("Failed", exc.reason, exc.message, error=exc)
+    except Exception as exc:
+        return internal_error(exc)
 
 
 async def _run(

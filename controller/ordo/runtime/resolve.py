@@ -101,6 +101,8 @@ def tool_approvals(tools: dict[str, ResolvedTool]) -> dict[str, ApprovalRule]:
 async def resolve(task: Task, store: ObjectStore) -> Snapshot:
     """Build the snapshot of one Task, or raise ResolutionError (PolicyUnavailable included)."""
     ns = task.namespace
+    if task.spec.agent_ref is None:  # a Team Task: runtime/team.py resolves it
+        raise ResolutionError("InvalidSpec", f"Task {task.name!r} runs a Team, not an Agent")
     agent = await fetch.get(
         store,
         Agent,

@@ -1,6 +1,7 @@
 """OpenTelemetry traces of Task runs, after the GenAI semantic conventions, without content.
 
-`run_span(task)` wraps one `execute()`: an `invoke_agent {agent}` span that joins the trace of
+`run_span(task)` wraps one `execute()`: an `invoke_agent {agent}` span (`invoke_workflow
+{team}` for a Team Task) that joins the trace of
 the Task's `ordo.dev/traceparent` annotation when it carries a valid W3C traceparent.
 `spans.SpanListener` (a listener over the engine's events; the engine knows nothing of
 OpenTelemetry) adds a `chat {model}` child per model call and an `execute_tool {tool}` child
@@ -274,14 +275,22 @@ def run_span(task: Task) -> Iterator[RunTrace]:
     """The run's span, current for the block (log lines carry its ids); it ends with the
     block. A block left by an exception (the run abandoned, the process stopping) records
     only the exception's type."""
-    agent = task.spec.agent_ref
+    if task.spec.team_ref is not None:  # a Team Task (runtime/team.py)
+        name, attributes = f"invoke_workflow {task.spec.team_ref}", {
+            "gen_ai.operation.name": "invoke_workflow",
+            "ordo.team.name": task.spec.team_ref,
+        }
+    else:
+        name, attributes = f"invoke_agent {task.spec.agent_ref}", {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": task.spec.agent_ref or "",
+        }
     span = _tracer.start_span(
-        f"invoke_agent {agent}",
+        name,
         context=parent_context(task),
         kind=SpanKind.INTERNAL,
         attributes={
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": agent,
+            **attributes,
             "k8s.namespace.name": task.namespace,
             "ordo.task.name": task.name,
         },

@@ -245,7 +245,8 @@ class TaskProcess:
             )
             return Done()
 
-        agent = await self._agent(task.spec.agent_ref)
+        # A Team Task runs in the operator (its members are Tasks with their own modes).
+        agent = await self._agent(task.spec.agent_ref) if task.spec.agent_ref else None
         mode = select_mode(
             agent,
             s.settings.default_execution_mode,

@@ -1,5 +1,5 @@
 """A bounded wait for references, for GitOps: tools apply objects in any order, so a Task may
-arrive a moment before its Agent, ModelEndpoint, Tool, Memory or Secret. Such a Task stays
+arrive a moment before its Agent (or Team), ModelEndpoint, Tool, Memory or Secret. Such a Task stays
 `Pending` (condition `Ready=False`, reason `WaitingForReferences`, naming what is missing, and
 one Event), is looked at again every few seconds, and fails with the `*NotFound` reason only
 once its grace period has passed. Nothing is claimed and no model is called meanwhile.
@@ -18,6 +18,7 @@ from ... import timestamps
 from ...api import Task, parse_duration
 from ...errors import ResolutionError
 from ...runtime import Snapshot, resolve
+from ...runtime.team import resolve_team
 from ...runtime.store import ObjectStore
 from ..kube.client import KubeClient
 from . import taskstatus
@@ -27,7 +28,14 @@ GRACE_ANNOTATION = "ordo.dev/reference-grace"
 
 RECHECK_SECONDS = 3.0
 WAITABLE = frozenset(
-    {"AgentNotFound", "ModelEndpointNotFound", "ToolNotFound", "SecretNotFound", "MemoryNotFound"}
+    {
+        "AgentNotFound",
+        "TeamNotFound",
+        "ModelEndpointNotFound",
+        "ToolNotFound",
+        "SecretNotFound",
+        "MemoryNotFound",
+    }
 )
 
 
@@ -86,6 +94,9 @@ class ReferenceWait:
         if grace <= 0:
             return Resolved(None)
         try:
+            if task.spec.team_ref is not None:  # the Team and its members' Agents
+                await resolve_team(task, store or self.store)
+                return Resolved(None)
             return Resolved(await resolve(task, store or self.store))
         except ResolutionError as exc:
             if exc.reason not in WAITABLE:

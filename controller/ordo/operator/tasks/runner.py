@@ -189,7 +189,7 @@ class Runner:
             )
             run_metrics = self.metrics.listener(
                 task.namespace,
-                task.spec.agent_ref,
+                snapshot.agent.name,
                 snapshot.endpoint.spec.provider,
                 snapshot.endpoint.spec.effective_model(),
             )
