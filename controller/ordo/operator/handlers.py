@@ -316,6 +316,7 @@ READINESS_KINDS = {
     "toolpermissions": "ToolPermission",
     "agentpolicies": "AgentPolicy",
     "guardrails": "Guardrail",
+    "teams": "Team",
 }
 
 

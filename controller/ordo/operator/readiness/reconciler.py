@@ -23,6 +23,7 @@ from ..kube.store import KubeStore
 from ..tasks.conditions import same_conditions, set_condition
 from .guardrails import guardrail_verdict
 from .suspension import with_suspension
+from .teams import team_verdict
 from .verdicts import (
     DEFAULT_PORTS,
     EVALUATORS,
@@ -93,6 +94,11 @@ DEPENDENTS["AgentPolicy"] = (*DEPENDENTS["AgentPolicy"], "Agent")
 EVALUATORS["Guardrail"] = guardrail_verdict
 DEPENDENTS["Guardrail"] = ("Agent",)
 DEPENDENTS["ModelEndpoint"] = (*DEPENDENTS["ModelEndpoint"], "Guardrail")
+
+# Team (issue 27): Ready when the Agents of its members and aggregator exist (teams.py).
+EVALUATORS["Team"] = team_verdict
+DEPENDENTS["Team"] = ()
+DEPENDENTS["Agent"] = (*DEPENDENTS["Agent"], "Team")
 
 
 def _fingerprint(body: dict[str, Any]) -> tuple[Any, ...]:
