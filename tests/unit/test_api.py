@@ -598,7 +598,9 @@ TEAM = {"apiVersion": "ordo.dev/v1alpha1", "kind": "Team", "metadata": {"name": 
 MEMBER = {"name": "a", "agentRef": "a"}
 
 
-def _team(strategy: str, members: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+def _team(
+    strategy: str, members: list[dict[str, Any]] | None = None, **spec: Any
+) -> dict[str, Any]:
     return {**TEAM, "spec": {"strategy": strategy, "members": members or [MEMBER], **spec}}
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from tests.support.engine_fakes import DictStore
 
 from ordo.api import Task
 from ordo.api.team import Team
@@ -24,6 +25,7 @@ from ordo.runtime.delegation import (
     child_name,
     lineage_of,
 )
+from ordo.runtime.execute import Prepared, execute
 from ordo.runtime.team import TEAM_CHAIN_PREFIX, TeamRun, run_team
 
 NOW = 1_000_000.0
@@ -149,9 +151,7 @@ def test_sequential_passes_each_answer_to_the_next_member() -> None:
     assert all(r.member is not None and r.tool is None for r in children.requests)
 
 
-def test_sequential_structured_answer_is_the_next_input_and_the_task_schema_is_the_last() -> (
-    None
-):
+def test_sequential_structured_answer_is_the_next_input_and_the_task_schema_is_the_last() -> None:
     schema = {"type": "object"}
     members = [{**SEQ[0], "outputSchema": schema}, SEQ[1]]
     children = Children()
@@ -313,3 +313,56 @@ def test_without_a_delegator_the_team_fails_and_says_where_it_can_run() -> None:
     run = _run(_team("Sequential", SEQ))
     outcome = asyncio.run(run_team(run, None, anchor=NOW))
     assert outcome.phase == "Failed" and "ordo run" in outcome.message
+
+
+# -- execute(): a Team Task end to end over a store and the front end's delegator ---------
+
+
+def _body(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"}
+    return {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def _store(*skip: str) -> DictStore:
+    agents = ["optimist", "skeptic", "judge"]
+    return DictStore(
+        _body("Team", "crew", {"strategy": "Parallel", "members": PAR, "aggregator": AGG}),
+        *(_body("Agent", a, {"modelRef": "m"}) for a in agents if a not in skip),
+    )
+
+
+def _execute(store: DictStore, children: Children, **kw: Any) -> Any:
+    async def prepare_team(_: TeamRun) -> Prepared:
+        return Prepared(delegator=children, **kw)
+
+    return asyncio.run(execute(_task(), store, prepare_team=prepare_team))
+
+
+def test_execute_runs_a_team_task_and_its_status_lists_the_children() -> None:
+    children = Children()
+    outcome = _execute(_store(), children)
+    assert (outcome.phase, outcome.reason) == ("Succeeded", "Succeeded")
+    assert outcome.trace_id  # one invoke_workflow span
+    status = outcome.status()
+    assert status.usage is not None and status.usage.total_tokens == 90
+    assert status.output == children.children["aggregator"].output
+    assert [(c.name, c.agent, c.phase) for c in status.children or []] == [
+        (children.children[k].name, agent, "Succeeded")
+        for k, agent in (("member-0", "optimist"), ("member-1", "skeptic"), ("aggregator", "judge"))
+    ]
+
+
+def test_execute_gives_the_team_the_front_ends_depth_limit() -> None:
+    children = Children()
+    outcome = _execute(_store(), children, max_delegation_depth=0)
+    assert outcome.reason == "DelegationDepthExceeded" and children.requests == []
+
+
+def test_a_missing_team_or_member_agent_fails_before_any_child() -> None:
+    children = Children()
+    outcome = _execute(DictStore(), children)
+    assert (outcome.phase, outcome.reason) == ("Failed", "TeamNotFound")
+    outcome = _execute(_store("skeptic"), children)
+    assert (outcome.phase, outcome.reason) == ("Failed", "AgentNotFound")
+    assert "member 'con'" in outcome.message
+    assert children.requests == []

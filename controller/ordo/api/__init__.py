@@ -14,8 +14,8 @@ from .memory import Memory, MemorySpec
 from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
-from .team import Team, TeamSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
+from .team import Team, TeamSpec
 from .tool import Tool, ToolSpec, model_tool_name, reserved_tool_name
 from .toolapproval import TOOL_APPROVAL_IMMUTABLE, ToolApproval, ToolApprovalSpec
 

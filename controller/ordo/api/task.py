@@ -98,8 +98,14 @@ class TaskSpec(OrdoModel):
             rule="!has(self.teamRef) || (!has(self.skill) && !has(self.instructions) && "
             "!(has(self.limits) && has(self.limits.maxSteps)))",
             message="spec.teamRef does not allow skill, instructions or limits.maxSteps",
-            check=lambda s: s.team_ref is None
-            or (s.skill is None and s.instructions is None and not (s.limits and s.limits.max_steps)),
+            check=lambda s: (
+                s.team_ref is None
+                or (
+                    s.skill is None
+                    and s.instructions is None
+                    and not (s.limits and s.limits.max_steps)
+                )
+            ),
         ),
     )
 

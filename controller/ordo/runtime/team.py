@@ -100,9 +100,7 @@ async def resolve_team(task: Task, store: ObjectStore) -> TeamRun:
         parse_duration(limits.timeout) if limits and limits.timeout else None,
         parse_duration(own.timeout) if own and own.timeout else None,
     )
-    budget = _smallest(
-        limits.max_tokens if limits else None, own.max_tokens if own else None
-    )
+    budget = _smallest(limits.max_tokens if limits else None, own.max_tokens if own else None)
     lineage = lineage_of(task.name, TEAM_CHAIN_PREFIX + name, task.metadata.model_dump())
     return TeamRun(task, team, timeout, budget, lineage)
 
@@ -345,10 +343,10 @@ async def run_team(
     while a child runs. `anchor`: when the Task was first claimed (epoch seconds)."""
     if delegator is None:
         error = ResolutionError(
-            "InvalidSpec", "a Team Task runs its members as child Tasks: delegation is not "
-            "available here (run it with the operator or `ordo run`)"
+            "InvalidSpec",
+            "a Team Task runs its members as child Tasks: delegation is not "
+            "available here (run it with the operator or `ordo run`)",
         )
         return TaskOutcome("Failed", error.reason, error.message, error=error)
     depth = DEFAULT_MAX_DEPTH if max_depth is None else max_depth
     return await _Orchestrator(run, delegator, anchor, depth, cancel, clock)()
-

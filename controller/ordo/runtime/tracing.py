@@ -276,15 +276,21 @@ def run_span(task: Task) -> Iterator[RunTrace]:
     block. A block left by an exception (the run abandoned, the process stopping) records
     only the exception's type."""
     if task.spec.team_ref is not None:  # a Team Task (runtime/team.py)
-        name, attributes = f"invoke_workflow {task.spec.team_ref}", {
-            "gen_ai.operation.name": "invoke_workflow",
-            "ordo.team.name": task.spec.team_ref,
-        }
+        name, attributes = (
+            f"invoke_workflow {task.spec.team_ref}",
+            {
+                "gen_ai.operation.name": "invoke_workflow",
+                "ordo.team.name": task.spec.team_ref,
+            },
+        )
     else:
-        name, attributes = f"invoke_agent {task.spec.agent_ref}", {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": task.spec.agent_ref or "",
-        }
+        name, attributes = (
+            f"invoke_agent {task.spec.agent_ref}",
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": task.spec.agent_ref or "",
+            },
+        )
     span = _tracer.start_span(
         name,
         context=parent_context(task),

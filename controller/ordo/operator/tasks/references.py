@@ -18,8 +18,8 @@ from ... import timestamps
 from ...api import Task, parse_duration
 from ...errors import ResolutionError
 from ...runtime import Snapshot, resolve
-from ...runtime.team import resolve_team
 from ...runtime.store import ObjectStore
+from ...runtime.team import resolve_team
 from ..kube.client import KubeClient
 from . import taskstatus
 from .recorder import EventRecorder
