@@ -319,3 +319,16 @@ async def test_http_tool_secret_is_checked_before_the_probe(listener: Listener) 
         "Secret 'tool-key' not found or is not labelled ordo.dev/credential=true",
     )
     assert listener.connections == 0
+
+
+async def test_team_is_ready_when_its_agents_exist() -> None:
+    members = [{"name": "for", "agentRef": "a"}, {"name": "against", "agentRef": "b"}]
+    spec = {"strategy": "Parallel", "members": members, "aggregator": {"agentRef": "j"}}
+    team = obj("Team", "crew", spec)
+    evaluate = readiness.EVALUATORS["Team"]
+    verdict = await evaluate(team, DictStore(team, agent("a")))
+    assert (verdict.status, verdict.reason) == ("False", "MissingReferences")
+    assert verdict.message == "not found: Agent/b, Agent/j"
+    verdict = await evaluate(team, DictStore(team, agent("a"), agent("b"), agent("j")))
+    assert (verdict.status, verdict.reason) == ("True", "Resolved")
+    assert "Team" in readiness.DEPENDENTS["Agent"]  # an Agent appearing re-evaluates Teams
