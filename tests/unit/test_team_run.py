@@ -16,6 +16,7 @@ from tests.support.engine_fakes import DictStore
 from ordo.api import Task
 from ordo.api.team import Team
 from ordo.api.usage import Usage
+from ordo.engine.delegation import ChildRecord
 from ordo.runtime.delegation import (
     CHAIN_ANNOTATION,
     ROOT_LABEL,
@@ -346,9 +347,13 @@ def test_execute_runs_a_team_task_and_its_status_lists_the_children() -> None:
     status = outcome.status()
     assert status.usage is not None and status.usage.total_tokens == 90
     assert status.output == children.children["aggregator"].output
-    assert [(c.name, c.agent, c.phase) for c in status.children or []] == [
-        (children.children[k].name, agent, "Succeeded")
-        for k, agent in (("member-0", "optimist"), ("member-1", "skeptic"), ("aggregator", "judge"))
+    assert [(c.name, c.agent, c.member, c.call_id, c.phase) for c in status.children or []] == [
+        (children.children[k].name, agent, member, None, "Succeeded")
+        for k, agent, member in (
+            ("member-0", "optimist", "pro"),
+            ("member-1", "skeptic", "con"),
+            ("aggregator", "judge", "aggregator"),
+        )
     ]
 
 
@@ -366,3 +371,10 @@ def test_a_missing_team_or_member_agent_fails_before_any_child() -> None:
     assert (outcome.phase, outcome.reason) == ("Failed", "AgentNotFound")
     assert "member 'con'" in outcome.message
     assert children.requests == []
+
+
+def test_a_member_record_keeps_its_member_through_the_checkpoint_form() -> None:
+    outcome = go(_run(_team("Sequential", SEQ[:1])), Children())
+    (record,) = outcome.result.state.children.values()
+    assert record.member == "draft" and record.tool is None
+    assert ChildRecord.from_dict(record.to_dict()) == record

@@ -195,6 +195,8 @@ class ChildRecord:
     approval): the record keeps it when the call is answered after a resume."""
     approved_by: tuple[str, ...] = ()
     """Who approved the call, if an approval was needed."""
+    member: str | None = None
+    """The Team member it runs (runtime/team.py; None for a tool call's child)."""
 
     @property
     def ended(self) -> bool:
@@ -214,6 +216,7 @@ class ChildRecord:
             **({"awaitingApproval": True} if self.awaiting_approval else {}),
             **({"decided": self.decided} if self.decided else {}),
             **({"approvedBy": list(self.approved_by)} if self.approved_by else {}),
+            **({"member": self.member} if self.member is not None else {}),
         }
 
     @classmethod
@@ -232,6 +235,7 @@ class ChildRecord:
             bool(d.get("awaitingApproval", False)),
             str(d.get("decided", "")),
             tuple(str(a) for a in d.get("approvedBy") or ()),
+            d.get("member"),
         )
 
 

@@ -117,7 +117,8 @@ def children_status(state: RunState) -> list[ChildTaskStatus]:
         ChildTaskStatus(
             name=c.name,
             agent=c.agent,
-            call_id=cap(c.key, MAX_CALL_ID_CHARS),
+            call_id=cap(c.key, MAX_CALL_ID_CHARS) if c.member is None else None,
+            member=c.member,
             phase=c.phase,
             reason=c.reason,
             awaiting_approval=True if c.awaiting_approval and not c.ended else None,

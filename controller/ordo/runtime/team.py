@@ -199,6 +199,7 @@ class _Orchestrator:
             child.reason,
             child.usage.total_tokens if child.ended else 0,
             child.awaiting_approval,
+            member=request.member,
         )
         if child.ended:
             self.state.usage = self.state.usage + child.usage
