@@ -9,31 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.test_operator_wire import KEY, endpoint, secret
 from tests.support.openai_server import OpenAIServer
 from tests.support.operator import OperatorProcess, apply, get_json, tasks, wait_for, wait_task
+from tests.support.teams import MEMBERS, team_objects, team_task
 
 from ordo.runtime.delegation import PARENT_LABEL
 from ordo_devcluster import ControlPlane
 
-from .test_operator_wire import KEY, endpoint, secret
-
-
-def _doc(kind: str, name: str, spec: dict[str, Any]) -> str:
-    return json.dumps(
-        {"apiVersion": "ordo.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
-    )
-
-
-def _agent(name: str) -> str:
-    spec = {"modelRef": "model", "prompt": f"You are the {name}.", "limits": {"timeout": "60s"}}
-    return _doc("Agent", name, spec)
-
 
 def _children(cp: ControlPlane, ns: str, parent: str) -> list[dict[str, Any]]:
     return [
-        t
-        for t in tasks(cp, ns)
-        if (t["metadata"].get("labels") or {}).get(PARENT_LABEL) == parent
+        t for t in tasks(cp, ns) if (t["metadata"].get("labels") or {}).get(PARENT_LABEL) == parent
     ]
 
 
@@ -42,52 +29,12 @@ def _apply_all(cp: ControlPlane, ns: str, docs: list[str]) -> None:
 
 
 def _setup(cp: ControlPlane, ns: str, model: OpenAIServer) -> None:
-    _apply_all(
-        cp,
-        ns,
-        [
-            secret(ns),
-            endpoint("openai-compatible", model.url + "/v1"),
-            *(_agent(a) for a in ("writer", "editor", "optimist", "skeptic", "judge")),
-            _doc(
-                "Team",
-                "article",
-                {
-                    "strategy": "Sequential",
-                    "members": [
-                        {"name": "draft", "agentRef": "writer"},
-                        {
-                            "name": "edit",
-                            "agentRef": "editor",
-                            "outputSchema": {
-                                "type": "object",
-                                "properties": {"title": {"type": "string"}},
-                                "required": ["title"],
-                            },
-                        },
-                    ],
-                    "limits": {"timeout": "120s", "maxTokens": 100000},
-                },
-            ),
-            _doc(
-                "Team",
-                "review",
-                {
-                    "strategy": "Parallel",
-                    "members": [
-                        {"name": "for", "agentRef": "optimist"},
-                        {"name": "against", "agentRef": "skeptic"},
-                    ],
-                    "aggregator": {"agentRef": "judge"},
-                    "limits": {"timeout": "120s"},
-                },
-            ),
-        ],
-    )
+    docs = [json.dumps(d) for d in team_objects({"timeout": "120s", "maxTokens": 100000})]
+    _apply_all(cp, ns, [secret(ns), endpoint("openai-compatible", model.url + "/v1"), *docs])
 
 
 def _team_task(name: str, team: str, text: str) -> str:
-    return _doc("Task", name, {"teamRef": team, "input": text})
+    return json.dumps(team_task(name, team, text))
 
 
 def test_sequential_and_parallel_teams_succeed_with_one_slot(
@@ -106,11 +53,11 @@ def test_sequential_and_parallel_teams_succeed_with_one_slot(
                     _team_task("review", "review", "adopt ordo?"),
                 ],
             )
-            for name, members in (("write", 2), ("review", 3)):
+            for name, members in MEMBERS.items():
                 status = wait_task(control_plane, namespace, name, timeout=120)["status"]
                 assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
                 children = _children(control_plane, namespace, name)
-                assert len(children) == members  # one child Task per member (and aggregator)
+                assert len(children) == len(members)  # one child per member (and aggregator)
                 by_name = {c["metadata"]["name"]: c for c in children}
                 listed = status["children"]
                 assert {c["name"] for c in listed} == set(by_name)
@@ -121,9 +68,9 @@ def test_sequential_and_parallel_teams_succeed_with_one_slot(
                 assert status["output"] == final["output"]
             write = get_json(control_plane, "task", "write", "-n", namespace)["status"]
             assert write["structuredOutput"] == {"title": json.loads(write["output"])["title"]}
-            assert [c.get("member") for c in write["children"]] == ["draft", "edit"]
+            assert [c.get("member") for c in write["children"]] == MEMBERS["write"]
             review = get_json(control_plane, "task", "review", "-n", namespace)["status"]
-            assert [c.get("member") for c in review["children"]] == ["for", "against", "aggregator"]
+            assert [c.get("member") for c in review["children"]] == MEMBERS["review"]
             # The judge got every member's answer, by member name, as one JSON object.
             texts = [model.user_text(b) for b in model.bodies if isinstance(b, dict)]
             judged = [t for t in texts if '"against"' in t and '"for"' in t]

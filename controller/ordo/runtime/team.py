@@ -50,12 +50,20 @@ from .delegation import (
 from .outcome import TaskOutcome
 from .store import ObjectStore
 
-__all__ = ["TEAM_CHAIN_PREFIX", "TeamRun", "resolve_team", "run_team"]
+__all__ = ["TEAM_CHAIN_PREFIX", "TeamRun", "chain_entry", "resolve_team", "run_team"]
 
 TEAM_CHAIN_PREFIX = "team/"
 """A Team Task's own entry on the delegation chain: `team/<name>` (an Agent's name has no
 `/`), so its members are at depth 1 and a member's own delegations count from there."""
 AGGREGATOR_KEY = "aggregator"
+
+
+def chain_entry(task: Task) -> str:
+    """What a Task puts on its own delegation chain: its Agent, or `team/<name>` for a Team
+    Task (what the front ends' delegators derive its children's lineage from)."""
+    if task.spec.team_ref is not None:
+        return TEAM_CHAIN_PREFIX + task.spec.team_ref
+    return task.spec.agent_ref or ""
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,7 @@ async def resolve_team(task: Task, store: ObjectStore) -> TeamRun:
         parse_duration(own.timeout) if own and own.timeout else None,
     )
     budget = _smallest(limits.max_tokens if limits else None, own.max_tokens if own else None)
-    lineage = lineage_of(task.name, TEAM_CHAIN_PREFIX + name, task.metadata.model_dump())
+    lineage = lineage_of(task.name, chain_entry(task), task.metadata.model_dump())
     return TeamRun(task, team, timeout, budget, lineage)
 
 
