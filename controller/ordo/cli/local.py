@@ -27,6 +27,7 @@ from ..api.manifests import ManifestSet
 from ..credentials import Destination, Release, release, visible_keys
 from ..runtime import Prepared, TaskOutcome, execute
 from ..runtime.status import to_patch as status_patch
+from ..runtime.team import chain_entry
 from .localapproval import LocalApprover
 from .localtree import LocalDelegator, Progress, Tree
 
@@ -130,20 +131,25 @@ async def run_tasks(
         decider = approver.for_task(task.name)
 
         async def child(body: Task) -> TaskOutcome:
-            below = Progress(body.name, body.spec.agent_ref, view.depth + 1)
+            below = Progress(body.name, chain_entry(body), view.depth + 1)
             tree.add(body, below, view)
             return await one(body, below)
 
         async def prepare(_: Any) -> Prepared:
             return Prepared(approval_decider=decider, delegator=LocalDelegator(task, child))
 
-        outcome = await execute(task, store, listeners=[view], prepare=prepare)
+        async def prepare_team(_: Any) -> Prepared:  # a Team Task: its members are children
+            return Prepared(delegator=LocalDelegator(task, child))
+
+        outcome = await execute(
+            task, store, listeners=[view], prepare=prepare, prepare_team=prepare_team
+        )
         view.ended(outcome)
         tree.outcomes[task.name] = outcome
         finished.add(task.name)
         return outcome
 
-    roots = [Progress(t.name, t.spec.agent_ref) for t in tasks]
+    roots = [Progress(t.name, chain_entry(t)) for t in tasks]
     for t, v in zip(tasks, roots, strict=True):
         tree.add(t, v)
     jobs = asyncio.gather(*(one(t, v) for t, v in zip(tasks, roots, strict=True)))

@@ -24,6 +24,7 @@ from ..engine.transcript import Usage
 from ..runtime import TaskOutcome
 from ..runtime.childtask import child_task_body
 from ..runtime.delegation import ChildRequest, ChildState, lineage_of
+from ..runtime.team import chain_entry
 
 __all__ = ["LocalDelegator", "Progress", "Tree", "child_state"]
 
@@ -122,7 +123,7 @@ class LocalDelegator:
         self.parent = parent
         self.lineage = lineage_of(
             parent.name,
-            parent.spec.agent_ref,
+            chain_entry(parent),
             {"labels": parent.metadata.labels, "annotations": parent.metadata.annotations},
         )
         self.run = run
