@@ -30,7 +30,7 @@ def _apply_all(cp: ControlPlane, ns: str, docs: list[str]) -> None:
 
 def _setup(cp: ControlPlane, ns: str, model: OpenAIServer) -> None:
     docs = [json.dumps(d) for d in team_objects({"timeout": "120s", "maxTokens": 100000})]
-    _apply_all(cp, ns, [secret(ns), endpoint("openai-compatible", model.url + "/v1"), *docs])
+    _apply_all(cp, ns, [secret(ns), endpoint("openai", model.url + "/v1"), *docs])
 
 
 def _team_task(name: str, team: str, text: str) -> str:

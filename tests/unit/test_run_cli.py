@@ -284,3 +284,31 @@ def test_a_tool_rule_that_does_not_compile_fails_validate_and_run(
     assert "toolRule 'over-100': when: does not parse" in out + err
     code, _, err = run(capsys, "-q", "-f", str(tmp_path))
     assert code != 0 and "toolRule 'over-100'" in err
+
+
+def test_team_example_runs_both_teams_and_prints_every_member(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, tasks, _ = run(capsys, "-q", "-f", str(EXAMPLES / "team"))
+    assert code == 0
+    members = {
+        "write-about-ordo": ["draft", "edit"],
+        "review-adoption": ["for", "against", "aggregator"],
+    }
+    assert len(tasks) == 2 + 5  # both Team Tasks and each member's child Task
+    for name, expected in members.items():
+        status = tasks[name]["status"]
+        assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded")
+        assert [c["member"] for c in status["children"]] == expected
+        children = [tasks[c["name"]] for c in status["children"]]
+        assert all(c["status"]["phase"] == "Succeeded" for c in children)
+        assert status["usage"]["totalTokens"] == sum(
+            c["status"]["usage"]["totalTokens"] for c in children
+        )
+        assert status["output"] == children[-1]["status"]["output"]
+    write = tasks["write-about-ordo"]
+    assert set(write["status"]["structuredOutput"]) == {"title", "summary"}
+    draft, edit = (tasks[c["name"]] for c in write["status"]["children"])
+    assert edit["spec"]["input"] == draft["status"]["output"]  # the draft is the editor's input
+    judge = tasks[tasks["review-adoption"]["status"]["children"][-1]["name"]]
+    assert set(judge["spec"]["input"]) == {"for", "against"}  # every answer, by member name

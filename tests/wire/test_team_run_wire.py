@@ -22,7 +22,7 @@ KEY = "sk-team-wire-0c1d"
 
 def _manifests(url: str) -> list[dict[str, Any]]:
     endpoint = {
-        "provider": "openai-compatible",
+        "provider": "openai",
         "baseUrl": url,
         "model": "gpt-test",
         "credentials": {"secretRef": {"name": "model-key", "key": "api-key"}},
@@ -37,8 +37,8 @@ def _manifests(url: str) -> list[dict[str, Any]]:
 
 def test_ordo_run_runs_sequential_and_parallel_teams(tmp_path: Path) -> None:
     with OpenAIServer(None, fallback={"auto": True}, require_key=KEY) as server:
-        path = tmp_path / "team.json"
-        path.write_text("\n".join(json.dumps(d) for d in _manifests(server.url + "/v1")))
+        path = tmp_path / "team.yaml"
+        path.write_text("\n---\n".join(json.dumps(d) for d in _manifests(server.url + "/v1")))
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORDO_SECRET_")}
         env[secret_env_name("model-key", "api-key")] = KEY
         completed = subprocess.run(
@@ -49,7 +49,7 @@ def test_ordo_run_runs_sequential_and_parallel_teams(tmp_path: Path) -> None:
             timeout=120,
             cwd=ROOT,
         )
-        assert completed.returncode == 0, completed.stderr
+        assert completed.returncode == 0, completed.stderr or completed.stdout[-3000:]
         printed = json.loads(completed.stdout)
         assert server.count == 5  # writer, editor; optimist, skeptic, judge
     by_name = {d["metadata"]["name"]: d for d in printed}

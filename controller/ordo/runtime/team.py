@@ -325,7 +325,8 @@ class _Orchestrator:
                 "AwaitingChildren",
                 f"waiting for child Task(s) {', '.join(waiting)}",
             )
-        return self.outcome("Succeeded", "Succeeded", "", final.output, final.structured)
+        said = f"the team answered ({len(self.state.children)} child Task(s))"
+        return self.outcome("Succeeded", "Succeeded", said, final.output, final.structured)
 
     def outcome(
         self,
