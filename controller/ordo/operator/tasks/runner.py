@@ -29,10 +29,11 @@ from ...runtime import ModelFactory, Prepared, Snapshot, TaskOutcome, execute
 from ...runtime import status as status_mod
 from ...runtime.delegation import lineage_of
 from ...runtime.store import ObjectStore
+from ...runtime.team import TeamRun, chain_entry
 from ..kube.client import ApiError, Fenced
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
-from . import approvals, childwait, pendingcalls, taskstatus
+from . import approvals, childwait, pendingcalls, taskstatus, teamrun
 from .checkpoint import SEQUENCE_STATUS, CheckpointDeleter, CheckpointStore
 from .children import KubeDelegator
 from .claim import Claim
@@ -115,7 +116,7 @@ class Runner:
         """Run the claimed Task to its end while keeping the lease; write the outcome unless
         another execution took the Task over. `store` (default: the runner's) resolves it,
         unless `snapshot` is the Task already resolved (the references pre-check's)."""
-        logs.bind(executionId=claim.execution_id, agent=task.spec.agent_ref)
+        logs.bind(executionId=claim.execution_id, agent=chain_entry(task))
         lost = asyncio.Event()
         renewer = asyncio.create_task(claim.lease.keep(lost.set))
         run = asyncio.create_task(self._run(claim, task, cancel, store or self.store, snapshot))
@@ -199,7 +200,7 @@ class Runner:
             writes = RunWrites(
                 checkpoints, progress.write, lease=claim.lease, flush_seconds=self.flush_seconds
             )
-            lineage = lineage_of(task.name, task.spec.agent_ref, body.get("metadata"))
+            lineage = lineage_of(task.name, snapshot.agent.name, body.get("metadata"))
             return Prepared(
                 state,
                 [writes, progress, run_metrics, log_events],
@@ -211,11 +212,17 @@ class Runner:
                 max_delegation_depth=self.max_delegation_depth,
             )
 
+        async def prepare_team(team: TeamRun) -> Prepared:
+            return await teamrun.prepared(
+                team, claim, body, self.writer, self.metrics, self.max_delegation_depth, checkpoints
+            )
+
         try:
             outcome: TaskOutcome = await execute(
                 task,
                 store,
                 prepare=prepare,
+                prepare_team=prepare_team,
                 cancel=cancel,
                 model_factory=self.model_factory,
                 started_at=parse_time(status.get("startedAt")),
