@@ -113,7 +113,7 @@ def claimed_run(
     body = {"metadata": {"name": "t", "namespace": "ns", "uid": "u"}, "status": {}}
     claim = Claim(body, "e-1", lease, resuming=False)  # type: ignore[arg-type]
     runner = Runner(SimpleNamespace(client=None), None, None, None)  # type: ignore[arg-type]
-    task: Any = SimpleNamespace(spec=SimpleNamespace(agent_ref="a"))
+    task: Any = SimpleNamespace(spec=SimpleNamespace(agent_ref="a", team_ref=None))
     return runner.run(claim, task, asyncio.Event())
 
 
