@@ -16,6 +16,8 @@ from ...api.agent import ExecutionMode
 from ...runtime import TaskOutcome
 from ..kube.client import ApiError, KubeClient
 from ..tasks import taskstatus
+from ..tasks.approvals import awaiting
+from ..tasks.childwait import awaiting_children
 from ..tasks.claim import Claim, Claimer
 from ..tasks.runner import Parked
 from ..tasks.writer import TaskWriter
@@ -47,7 +49,10 @@ async def resume_supervision(
     try:
         return await jobs.supervise(body, body["status"].get("executionId", ""), wake, cancel)
     except JobGone:
-        log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
+        if awaiting(body) or awaiting_children(body):  # its run parked: its Job was removed
+            log.info("the Task's wait is over; resuming it in a new Job")
+        else:
+            log.warning("the Task's Job is gone while the Task runs; resuming it in a new Job")
         meta = body["metadata"]
         return await claimer.wait_for_other_holder(meta["namespace"], meta["name"])
 
