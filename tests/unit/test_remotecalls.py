@@ -1,0 +1,168 @@
+"""An `a2a` Tool call in the engine (engine/remotecalls.py), against an in-memory remote agent:
+the call is checkpointed as started before the send and the remote task id right after it,
+before the run waits; a run resumed from that checkpoint polls the task and never sends
+again; the Tool's timeout cancels the remote task; a Task at its delegation depth limit sends
+nothing; the chain of Agents goes with the message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from ordo.engine.delegation import Lineage
+from ordo.engine.events import Checkpoint, Event
+from ordo.engine.loop import run_agent
+from ordo.engine.remote import RemoteTarget, RemoteTask
+from ordo.engine.state import RunState
+from ordo.engine.tooling import ToolBinding, ToolOutput
+from support.engine_fakes import (
+    ScriptedModel,
+    call,
+    open_governance,
+    result_for,
+    run_config,
+    tools_turn,
+)
+
+
+class FakeRemote:
+    """A remote agent whose tasks end when the test says so (`finish`)."""
+
+    def __init__(self, checkpoints: list[RunState] | None = None) -> None:
+        self.sent: list[tuple[str, Any, tuple[str, ...], int]] = []
+        self.gets: list[str] = []
+        self.cancels: list[str] = []
+        self.done: dict[str, RemoteTask] = {}
+        self._checkpoints = checkpoints if checkpoints is not None else []
+
+    def finish(self, task_id: str, state: str = "completed", text: str = "remote answer") -> None:
+        self.done[task_id] = RemoteTask(task_id, state, text)
+
+    async def send(self, key: str, message: Any, chain: tuple[str, ...]) -> RemoteTask:
+        self.sent.append((key, message, chain, len(self._checkpoints)))
+        return RemoteTask(f"task-{key}", "submitted")
+
+    async def get(self, task_id: str) -> RemoteTask:
+        self.gets.append(task_id)
+        return self.done.get(task_id, RemoteTask(task_id, "working"))
+
+    async def cancel(self, task_id: str) -> None:
+        self.cancels.append(task_id)
+
+
+async def _unused(arguments: dict[str, object]) -> ToolOutput:
+    raise AssertionError("an a2a Tool's executor is never called")
+
+
+def remote_tool(remote: FakeRemote, timeout: float = 60.0) -> ToolBinding:
+    schema = {"type": "object", "properties": {"input": {"type": "string"}}}
+    return ToolBinding(
+        "ask_remote",
+        "ask_remote",
+        "ask",
+        schema,
+        _unused,
+        timeout=timeout,
+        remote=RemoteTarget(remote),
+    )
+
+
+def config(**kw: Any) -> Any:
+    kw.setdefault("lineage", Lineage("root", ("boss",)))
+    return run_config(open_governance("ask_remote"), **kw)
+
+
+def recorder(checkpoints: list[RunState]) -> Any:
+    async def listen(event: Event) -> None:
+        if isinstance(event, Checkpoint):
+            checkpoints.append(RunState.from_dict(json.loads(json.dumps(event.state.to_dict()))))
+
+    return listen
+
+
+async def test_the_call_is_durable_before_the_send_and_the_task_id_before_the_wait() -> None:
+    checkpoints: list[RunState] = []
+    remote = FakeRemote(checkpoints)
+    remote.finish("task-c1")
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="hello"))])
+    result = await run_agent(
+        config(), model, [remote_tool(remote)], listeners=[recorder(checkpoints)]
+    )
+    assert (result.phase, result.reason) == ("Succeeded", "Succeeded")
+    assert result_for(result.state, "c1").content == "remote answer"
+    [(key, message, chain, seen)] = remote.sent
+    assert (key, message, chain) == ("c1", "hello", ("boss",))
+    assert seen == 1  # one checkpoint before the send ...
+    assert "c1" in checkpoints[0].started_calls and not checkpoints[0].remote_tasks
+    assert checkpoints[1].remote_tasks["c1"].task_id == "task-c1"  # ... and one before the wait
+    assert remote.gets == ["task-c1"]
+
+
+async def test_a_resumed_run_polls_the_recorded_task_and_never_sends_again() -> None:
+    checkpoints: list[RunState] = []
+    first = FakeRemote(checkpoints)
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="hello"))])
+    running = asyncio.ensure_future(
+        run_agent(config(), model, [remote_tool(first)], listeners=[recorder(checkpoints)])
+    )
+    while not first.gets:  # waiting for the remote task: the run "dies" here
+        await asyncio.sleep(0.01)
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    assert first.cancels == []  # not the deadline: the remote task keeps running
+    second = FakeRemote()
+    second.finish("task-c1", text="answer after the restart")
+    resumed = await run_agent(
+        config(),
+        ScriptedModel([]),
+        [remote_tool(second)],
+        state=checkpoints[-1],
+        fresh=False,
+    )
+    assert resumed.phase == "Succeeded"
+    assert second.sent == []
+    assert second.gets == ["task-c1"]
+    assert result_for(resumed.state, "c1").content == "answer after the restart"
+    assert len(first.sent) == 1
+
+
+async def test_the_tools_timeout_cancels_the_remote_task() -> None:
+    remote = FakeRemote()
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="slow"))])
+    result = await run_agent(config(), model, [remote_tool(remote, timeout=0.3)])
+    seen = result_for(result.state, "c1")
+    assert seen.is_error and "did not finish within 0.3s" in seen.content
+    assert remote.cancels == ["task-c1"]
+    assert result.tool_calls[0].error == "Timeout"
+
+
+async def test_a_remote_failure_is_an_error_result_naming_the_state() -> None:
+    remote = FakeRemote()
+    remote.finish("task-c1", state="failed", text="out of paper")
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="print"))])
+    result = await run_agent(config(), model, [remote_tool(remote)])
+    seen = result_for(result.state, "c1")
+    assert seen.is_error and "ended failed: out of paper" in seen.content
+    assert result.tool_calls[0].error == "Remote failed"
+
+
+async def test_a_task_asking_for_input_is_an_error_and_is_cancelled() -> None:
+    remote = FakeRemote()
+    remote.finish("task-c1", state="input-required", text="which printer?")
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="print"))])
+    result = await run_agent(config(), model, [remote_tool(remote)])
+    assert result_for(result.state, "c1").is_error
+    assert remote.cancels == ["task-c1"]
+
+
+async def test_a_task_at_the_depth_limit_sends_nothing() -> None:
+    remote = FakeRemote()
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="hello"))])
+    deep = Lineage("root", ("a", "b", "boss"))
+    result = await run_agent(
+        config(lineage=deep, max_delegation_depth=2), model, [remote_tool(remote)]
+    )
+    assert remote.sent == []
+    assert result.tool_calls[0].error == "DelegationDepthExceeded"
+    assert "delegation depth 2, the limit is 2" in result_for(result.state, "c1").content
