@@ -32,7 +32,7 @@ from ordo.cli.main import main
 from ordo.credentials import NOWHERE
 from ordo.engine.output import InvalidOutput
 from ordo.engine.output import parse as parse_output
-from ordo.engine.state import ToolCallRecord
+from ordo.engine.state import RunResult, RunState, ToolCallRecord
 from ordo.engine.tooling import ResolvedTool, ToolFailure
 from ordo.errors import MemoryBackendError
 from ordo.operator.tasks.writer import UNKNOWN_AGENT, agent_label
@@ -386,6 +386,13 @@ def test_agent_label_is_bounded_to_agents_that_exist() -> None:
     assert agent_label("made-up", cancelled) == UNKNOWN_AGENT
     endpoint_missing = TaskOutcome("Failed", "ModelEndpointNotFound", "...")
     assert agent_label("real-agent", endpoint_missing) == "real-agent"
+    # A Team Task: `team/<name>` once its Team was read (its run has a result), else unknown.
+    no_team = TaskOutcome("Failed", "TeamNotFound", "Team 'x' does not exist")
+    assert agent_label("", no_team, "made-up") == UNKNOWN_AGENT
+    ran = TaskOutcome(
+        "Failed", "ChildFailed", "...", RunResult("Failed", "ChildFailed", "", "", None, RunState())
+    )
+    assert agent_label("", ran, "crew") == "team/crew"
 
 
 # -- ordo run: Ctrl-C ----------------------------------------------------------------------

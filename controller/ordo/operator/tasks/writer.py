@@ -29,6 +29,7 @@ from ...engine.events import (
 from ...engine.state import RunState, ToolCallRecord
 from ...runtime import Snapshot, TaskOutcome
 from ...runtime import status as status_mod
+from ...runtime.team import TEAM_CHAIN_PREFIX
 from ..kube.client import ApiError, KubeClient
 from ..telemetry import logs
 from ..telemetry.metrics import Metrics
@@ -44,10 +45,13 @@ UNKNOWN_AGENT = "(unknown)"
 Agents that exist, so a stream of Tasks with made-up agentRefs cannot grow the series."""
 
 
-def agent_label(agent_ref: str, outcome: TaskOutcome) -> str:
-    """The metric label of a finished Task's agent."""
+def agent_label(agent_ref: str, outcome: TaskOutcome, team_ref: str = "") -> str:
+    """The metric label of a finished Task's agent: `team/<name>` for a Team Task whose Team
+    was read (its run, runtime/team.py, has a result only then)."""
     if outcome.snapshot is not None:
         return outcome.snapshot.agent.name
+    if team_ref:
+        return TEAM_CHAIN_PREFIX + team_ref if outcome.result is not None else UNKNOWN_AGENT
     if outcome.reason in _AGENT_WAS_READ and agent_ref:
         return agent_ref
     return UNKNOWN_AGENT  # the Agent was never read: its name is not known to exist
@@ -120,14 +124,15 @@ class TaskWriter:
             if exc.not_found:
                 return
             raise
-        agent = (body.get("spec") or {}).get("agentRef", "")
+        spec = body.get("spec") or {}
+        agent, team = spec.get("agentRef", ""), spec.get("teamRef", "")
         await self.recorder.post(
             body,
             outcome.phase,
             f"{outcome.reason}: {status.message or ''}",
             warning=outcome.phase == "Failed",
         )
-        label = agent_label(agent, outcome)
+        label = agent_label(agent, outcome, team)
         self.metrics.tasks.labels(ns, label, outcome.phase, outcome.reason).inc()
         if started is not None:
             self.metrics.task_duration.labels(ns, label).observe(time.monotonic() - started)
