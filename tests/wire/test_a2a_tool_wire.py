@@ -146,3 +146,36 @@ spec: {maxDelegationDepth: 0}
     assert "delegation depth 0" in tool_message(bodies)
     assert task["status"]["toolCalls"][0]["error"] == "DelegationDepthExceeded"
     assert json.dumps(task["status"]).count("echo") == 0
+
+
+async def test_the_call_is_a_client_span_whose_traceparent_the_remote_receives() -> None:
+    from opentelemetry.trace import SpanKind
+    from tests.support import engine_fakes as fakes
+    from tests.support.traced import recorded_spans
+
+    from ordo.runtime import execute
+
+    with RemoteAgentServer() as remote, recorded_spans() as exporter:
+        objects = fakes.DictStore(
+            fakes.agent("boss", tools=["remote"]),
+            fakes.mock_endpoint(),
+            fakes.obj("Tool", "remote", {"type": "a2a", "a2a": {"url": remote.url}}),
+        )
+        turn = fakes.tools_turn(fakes.call("remote", "c1", input="ECHO traced"))
+        outcome = await execute(
+            fakes.task(agentRef="boss"),
+            objects,
+            model_factory=fakes.ModelFactory(lambda snapshot: fakes.ScriptedModel([turn])),
+        )
+        posts = list(remote.headers)
+    assert outcome.phase == "Succeeded", outcome.message
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    client, tool = spans["invoke_agent remote"], spans["execute_tool remote"]
+    assert client.kind == SpanKind.CLIENT
+    assert client.parent is not None and client.parent.span_id == tool.context.span_id
+    assert client.attributes is not None and client.attributes["server.address"] == "127.0.0.1"
+    sent = posts[0]["traceparent"].split("-")
+    assert (sent[1], sent[2]) == (
+        format(client.context.trace_id, "032x"),
+        format(client.context.span_id, "016x"),
+    )

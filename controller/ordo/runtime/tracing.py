@@ -31,7 +31,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -180,6 +180,16 @@ class RunIds:
 _RUN: contextvars.ContextVar[RunIds | None] = contextvars.ContextVar("ordo_run_ids", default=None)
 
 
+_TRACE: contextvars.ContextVar[RunTrace | None] = contextvars.ContextVar(
+    "ordo_run_trace", default=None
+)
+
+
+def current_run() -> RunTrace | None:
+    """The run trace of the run in this asyncio task; None outside a run."""
+    return _TRACE.get()
+
+
 def current_ids() -> RunIds | None:
     """The trace and span id of the run in this asyncio task (also after it ended, for the
     caller's closing log lines); None outside a run."""
@@ -234,6 +244,18 @@ class RunTrace:
         context = trace.set_span_in_context(tool or self.span)
         TraceContextTextMapPropagator().inject(carrier, context=context)
         return carrier.get("traceparent")
+
+    def client_span(self, name: str, call_id: str, attributes: dict[str, Any]) -> trace.Span:
+        """A CLIENT span under the call's execute_tool span (the run's when spans are not
+        recorded): a remote agent's invocation (runtime/remotespans.py)."""
+        tool = self._spans.tool_context(call_id) if self._spans is not None else None
+        return _tracer.start_span(
+            name,
+            context=trace.set_span_in_context(tool or self.span),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+        )
 
     def delegator(self, inner: Delegator | None) -> Delegator | None:
         """`inner`, with each child request carrying the traceparent of its call."""
@@ -305,6 +327,7 @@ def run_span(task: Task) -> Iterator[RunTrace]:
     )
     run = RunTrace(span, task)
     _RUN.set(run.ids)
+    _TRACE.set(run)
     try:
         with trace.use_span(
             span, end_on_exit=False, record_exception=False, set_status_on_exception=False

@@ -15,6 +15,7 @@ from ..engine.state import RunConfig
 from ..engine.tooling import AgentTarget, ResolvedTool, ToolBinding, ToolOutput
 from ..engine.toolrules import RuleSubject
 from .prompt import system_prompt, user_message
+from .remotespans import TracedRemote
 from .snapshot import Snapshot
 
 ModelFactory = Callable[[Snapshot], ModelClient]
@@ -126,7 +127,8 @@ def a2a_binding(resolved: ResolvedTool, snapshot: Snapshot, closers: list[Any]) 
     spec = resolved.tool.spec
     assert spec.a2a is not None  # the Tool's rules require spec.a2a for type a2a
     task = snapshot.task
-    remote = A2aRemoteAgent(resolved, task.metadata.uid or f"{task.namespace}/{task.name}")
+    client = A2aRemoteAgent(resolved, task.metadata.uid or f"{task.namespace}/{task.name}")
+    remote = TracedRemote(client, resolved.tool.name, spec.a2a.url)
     closers.append(remote)
     return ToolBinding(
         name=resolved.model_name,
