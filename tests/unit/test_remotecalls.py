@@ -81,6 +81,20 @@ def recorder(checkpoints: list[RunState]) -> Any:
     return listen
 
 
+async def die_while_waiting(
+    cfg: Any, model: ScriptedModel, remote: FakeRemote, checkpoints: list[RunState]
+) -> None:
+    """Run until the call waits for its remote task, then stop the run as a crash would (its
+    checkpoints are in `checkpoints`)."""
+    running = asyncio.ensure_future(
+        run_agent(cfg, model, [remote_tool(remote)], listeners=[recorder(checkpoints)])
+    )
+    while not remote.gets:
+        await asyncio.sleep(0.01)
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+
+
 async def test_the_call_is_durable_before_the_send_and_the_task_id_before_the_wait() -> None:
     checkpoints: list[RunState] = []
     remote = FakeRemote(checkpoints)
@@ -94,7 +108,8 @@ async def test_the_call_is_durable_before_the_send_and_the_task_id_before_the_wa
     [(key, message, chain, seen)] = remote.sent
     assert (key, message, chain) == ("c1", "hello", ("boss",))
     assert seen == 1  # one checkpoint before the send ...
-    assert "c1" in checkpoints[0].started_calls and not checkpoints[0].remote_tasks
+    assert "c1" in checkpoints[0].started_calls
+    assert checkpoints[0].remote_tasks["c1"].task_id == ""  # recorded, not sent yet
     assert checkpoints[1].remote_tasks["c1"].task_id == "task-c1"  # ... and one before the wait
     assert remote.gets == ["task-c1"]
 
@@ -103,13 +118,7 @@ async def test_a_resumed_run_polls_the_recorded_task_and_never_sends_again() -> 
     checkpoints: list[RunState] = []
     first = FakeRemote(checkpoints)
     model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="hello"))])
-    running = asyncio.ensure_future(
-        run_agent(config(), model, [remote_tool(first)], listeners=[recorder(checkpoints)])
-    )
-    while not first.gets:  # waiting for the remote task: the run "dies" here
-        await asyncio.sleep(0.01)
-    running.cancel()
-    await asyncio.gather(running, return_exceptions=True)
+    await die_while_waiting(config(), model, first, checkpoints)
     assert first.cancels == []  # not the deadline: the remote task keeps running
     second = FakeRemote()
     second.finish("task-c1", text="answer after the restart")
@@ -166,3 +175,53 @@ async def test_a_task_at_the_depth_limit_sends_nothing() -> None:
     assert remote.sent == []
     assert result.tool_calls[0].error == "DelegationDepthExceeded"
     assert "delegation depth 2, the limit is 2" in result_for(result.state, "c1").content
+
+
+async def test_a_run_resumed_before_the_task_id_was_recorded_sends_under_the_same_key() -> None:
+    checkpoints: list[RunState] = []
+    first = FakeRemote(checkpoints)
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="hello"))])
+    await die_while_waiting(config(), model, first, checkpoints)
+    before_send = checkpoints[0]  # the process died between the send and the next write
+    second = FakeRemote()
+    second.finish("task-c1")
+    resumed = await run_agent(
+        config(), ScriptedModel([]), [remote_tool(second)], state=before_send, fresh=False
+    )
+    assert resumed.phase == "Succeeded"
+    assert [s[0] for s in second.sent] == ["c1"]  # the same key: the same message id
+    assert resumed.tool_calls[0].reason == before_send.remote_tasks["c1"].decided
+
+
+async def test_an_approved_call_is_not_asked_again_after_a_restart_and_keeps_its_approval() -> None:
+    from ordo.engine.approvals import ApprovalDecision, ApprovalRule, PendingApproval
+    from ordo.engine.governance import Governance
+
+    asked: list[str] = []
+
+    async def decider(
+        pending: PendingApproval, arguments: dict[str, object]
+    ) -> list[ApprovalDecision]:
+        asked.append(pending.call_id)
+        return [ApprovalDecision("Approve", "alice", approver="alice")]
+
+    gov = Governance(
+        candidate_tools=frozenset({"ask_remote"}),
+        approvals={"ask_remote": ApprovalRule("Tool ask_remote")},
+    )
+    cfg = run_config(gov, lineage=Lineage("root", ("boss",)), approval_decider=decider)
+    checkpoints: list[RunState] = []
+    first = FakeRemote(checkpoints)
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="deploy"))])
+    await die_while_waiting(cfg, model, first, checkpoints)
+    assert asked == ["c1"] and len(first.sent) == 1
+    second = FakeRemote()
+    second.finish("task-c1")
+    done = await run_agent(
+        cfg, ScriptedModel([]), [remote_tool(second)], state=checkpoints[-1], fresh=False
+    )
+    assert done.phase == "Succeeded"
+    assert asked == ["c1"]  # not asked again: the call was sent
+    assert second.sent == []
+    record = done.tool_calls[0]
+    assert (record.reason, record.approved_by) == ("Approved: alice", ("alice",))

@@ -65,16 +65,35 @@ class RemoteTarget:
 
 @dataclass(frozen=True, slots=True)
 class RemoteRecord:
-    """A remote task a call started (`RunState.remote_tasks`, by call id), in the checkpoint."""
+    """An `a2a` call that may have been sent (`RunState.remote_tasks`, by call id), in the
+    checkpoint: recorded before the send, its remote task id added right after it."""
 
     key: str
-    task_id: str
-    until: float
+    task_id: str = ""
+    """The remote task (empty: the send may have happened, its answer was not recorded)."""
+    until: float = 0.0
     """When the call stops waiting (epoch seconds: the Tool's timeout from the send)."""
+    decided: str = ""
+    """The call's decision reason when it was sent (`Approved: ...` after a human approval):
+    a resumed run is not screened, guarded or approved again, the record keeps it."""
+    approved_by: tuple[str, ...] = ()
+    """Who approved the call, if an approval was needed."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "taskId": self.task_id, "until": self.until}
+        return {
+            "key": self.key,
+            "taskId": self.task_id,
+            "until": self.until,
+            **({"decided": self.decided} if self.decided else {}),
+            **({"approvedBy": list(self.approved_by)} if self.approved_by else {}),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RemoteRecord:
-        return cls(str(d["key"]), str(d["taskId"]), float(d["until"]))
+        return cls(
+            str(d["key"]),
+            str(d.get("taskId", "")),
+            float(d.get("until", 0.0)),
+            str(d.get("decided", "")),
+            tuple(str(a) for a in d.get("approvedBy") or ()),
+        )

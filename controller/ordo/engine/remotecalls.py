@@ -3,12 +3,14 @@ call was screened, guarded and approved like any other (engine/toolsteps.py); he
 one task of the remote agent, sent exactly once and waited for INLINE.
 
 Exactly once across a crash of the run:
-- The call is recorded as started and checkpointed (written at once: the call has no result
-  yet) before anything is sent, so a resumed run asks under the same call id.
+- The call is recorded (started, and in `RunState.remote_tasks` with its decision and
+  approvers) and checkpointed (written at once: the call has no result yet) before anything
+  is sent, so a resumed run asks under the same call id, and is not screened, guarded or
+  approved again (engine/toolsteps.py): the record keeps the decision that let it be sent.
 - The message id derives from the Task and the call id (the `RemoteAgent` does that), so a
   resumed run that re-sends (it died between the send and the next checkpoint) sends the SAME
   message: a server that dedupes by message id dedupes.
-- The remote task id the send returns is recorded (`RunState.remote_tasks`) and checkpointed
+- The remote task id the send returns is added to that record and checkpointed
   at once, before the run waits for it; a resumed run that finds it polls that task (GetTask)
   and never sends again.
 
@@ -30,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import time
+from dataclasses import replace
 
 from ..errors import LeaseLost
 from .delegating import finish_call
@@ -102,22 +105,28 @@ async def call_remote(
     agent = binding.remote.agent
     started = time.monotonic()
     known = state.remote_tasks.get(call.id)
-    if known is None:
+    if known is not None:  # decided before it was sent: keep that decision's record
+        record = replace(screened.record, reason=known.decided, approved_by=known.approved_by)
+        screened = replace(screened, record=record)
+    else:
         depth, limit = config.lineage.depth, config.max_delegation_depth
         if depth >= limit:  # refused before anything is sent, as a child Task would be
             text = f"error: this Task is at delegation depth {depth}, the limit is {limit}"
             answer = (text, True, "DelegationDepthExceeded")
             return await finish_call(call, screened, state, emit, started, answer)
+        decided = screened.record
+        known = RemoteRecord(call.id, decided=decided.reason, approved_by=decided.approved_by)
+        state.remote_tasks[call.id] = known
         state.started_calls.add(call.id)
         await emit(Checkpoint(state))  # durable before anything is sent
     task: RemoteTask | None = None
     try:
-        if known is None:
+        if not known.task_id:  # not sent, or sent without the answer recorded: same message id
             task = await agent.send(call.id, _message(call, binding.remote), config.lineage.chain)
             if not task.id:  # the agent answered with a message: no task to wait for
                 return await finish_call(call, screened, state, emit, started, _answer(task))
             until = config.clock() + (binding.timeout or 0.0)
-            known = RemoteRecord(call.id, task.id, until)
+            known = replace(known, task_id=task.id, until=until)
             state.remote_tasks[call.id] = known
             await emit(Checkpoint(state))  # durable before the run waits for it
         else:
@@ -126,7 +135,7 @@ async def call_remote(
     except LeaseLost:
         raise
     except asyncio.CancelledError:
-        if known is not None and deadline is not None and time.monotonic() >= deadline:
+        if known.task_id and deadline is not None and time.monotonic() >= deadline:
             await _cancel(agent, known.task_id)  # the run's deadline: the remote task too
         raise
     except Exception as exc:  # a transport or protocol failure: the model sees its kind

@@ -111,7 +111,8 @@ async def run_calls(
     seen: set[str] = set()
     starting = to_start(calls, by_name, state)
     for call in calls:
-        started_child = call.id in state.children  # screened, guarded, approved before
+        # screened, guarded, approved before its child started or its remote task was sent
+        started_child = call.id in state.children or call.id in state.remote_tasks
         sharing = len(starting)  # new children still to start, this call's included
         if call.id in starting:
             starting.remove(call.id)
