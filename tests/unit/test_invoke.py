@@ -119,6 +119,12 @@ def test_task_manifest_uses_generate_name() -> None:
     assert len(invoke.task_manifest(long, None)["metadata"]["generateName"]) + 5 <= 64
 
 
+def test_team_slash_name_invokes_a_team() -> None:
+    body = invoke.task_manifest("team/review", "adopt ordo?")
+    assert body["metadata"] == {"generateName": "review-"}
+    assert body["spec"] == {"teamRef": "review", "input": "adopt ordo?"}
+
+
 KUBECONFIG = """
 apiVersion: v1
 kind: Config

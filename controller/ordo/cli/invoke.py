@@ -39,6 +39,7 @@ from .invokeargs import (
     add_arguments,
     exit_code,
     read_input,
+    runs,
     task_manifest,
     timeout_seconds,
 )
@@ -156,10 +157,11 @@ class Invocation:
 
     async def _run(self, kube: KubeClient, http: httpx.AsyncClient, namespace: str) -> int:
         agent = self.args.agent
+        kind, name = runs(agent)
         try:
-            found = await self._unless_stopped(kube.get("Agent", namespace, agent))
+            found = await self._unless_stopped(kube.get(kind, namespace, name))
             if found is None and not self.stop.requested.is_set():
-                self.note(f"error: Agent {agent!r} not found in namespace {namespace!r}")
+                self.note(f"error: {kind} {name!r} not found in namespace {namespace!r}")
                 return EXIT_USAGE
         except ApiError as exc:
             if exc.status == 0:

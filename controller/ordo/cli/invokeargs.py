@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from ..api import GROUP, VERSION
 from ..api.base import parse_duration
 from ..api.task import REQUESTER_ANNOTATION
+from ..runtime.team import TEAM_CHAIN_PREFIX
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
@@ -63,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in a pod, its ServiceAccount), print its progress to stderr and its output to stdout."
     )
     parser.epilog = EXIT_CODES
-    parser.add_argument("agent", metavar="AGENT", help="name of the Agent to run")
+    parser.add_argument(
+        "agent", metavar="AGENT", help="name of the Agent to run, or team/NAME for a Team"
+    )
     parser.add_argument(
         "stdin",
         nargs="?",
@@ -143,13 +146,23 @@ def timeout_seconds(value: str | None) -> float | None:
     return seconds
 
 
+def runs(target: str) -> tuple[str, str]:
+    """(kind, name) of what AGENT names: `team/NAME` is a Team (no Agent has a `/` in its
+    name), anything else an Agent."""
+    if target.startswith(TEAM_CHAIN_PREFIX):
+        return "Team", target.removeprefix(TEAM_CHAIN_PREFIX)
+    return "Agent", target
+
+
 def task_manifest(agent: str, text: str | None, requester: str = "") -> dict[str, Any]:
-    """The Task `ordo invoke` creates; `requester` (the caller's user name, if the API server
-    said) goes into the annotation approvals exclude the requester by (docs/governance.md)."""
-    spec: dict[str, Any] = {"agentRef": agent}
+    """The Task `ordo invoke` creates, of an Agent or (`team/NAME`) a Team; `requester` (the
+    caller's user name, if the API server said) goes into the annotation approvals exclude the
+    requester by (docs/governance.md)."""
+    kind, name = runs(agent)
+    spec: dict[str, Any] = {"teamRef" if kind == "Team" else "agentRef": name}
     if text is not None:
         spec["input"] = text
-    metadata: dict[str, Any] = {"generateName": f"{agent[:MAX_PREFIX]}-"}
+    metadata: dict[str, Any] = {"generateName": f"{name[:MAX_PREFIX]}-"}
     if requester:
         metadata["annotations"] = {REQUESTER_ANNOTATION: requester}
     return {
