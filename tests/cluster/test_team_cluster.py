@@ -100,3 +100,30 @@ def test_sigkill_while_a_member_runs_ends_with_one_child_per_member(
             assert all(c["status"]["phase"] == "Succeeded" for c in children)
     finally:
         op.stop()
+
+
+def test_a_failed_member_fails_the_team_child_failed(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    op = OperatorProcess(control_plane, namespace, tmp_path).start()
+    script = {
+        "BREAK-HERE": [{"status": 400, "error": {"message": "scripted refusal"}}],
+        "fail-marker": [{"text": "BREAK-HERE"}],
+    }
+    try:
+        with OpenAIServer(script, fallback={"auto": True}, require_key=KEY) as model:
+            _setup(control_plane, namespace, model)
+            _apply_all(control_plane, namespace, [_team_task("write", "article", "fail-marker")])
+            status = wait_task(control_plane, namespace, "write", timeout=120)["status"]
+            assert (status["phase"], status["reason"]) == ("Failed", "ChildFailed"), status
+            draft, edit = status["children"]
+            assert (draft["member"], draft["phase"]) == ("draft", "Succeeded")
+            assert (edit["member"], edit["phase"], edit["reason"]) == (
+                "edit",
+                "Failed",
+                "ModelError",
+            )
+            assert "member 'edit'" in status["message"] and edit["name"] in status["message"]
+            assert status["usage"]["totalTokens"] == draft["tokens"] + edit["tokens"]
+    finally:
+        op.stop()
