@@ -127,3 +127,36 @@ def test_a_failed_member_fails_the_team_child_failed(
             assert status["usage"]["totalTokens"] == draft["tokens"] + edit["tokens"]
     finally:
         op.stop()
+
+
+def test_a_team_task_waits_for_its_team_to_appear(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    op = OperatorProcess(control_plane, namespace, tmp_path).start()
+    try:
+        with OpenAIServer(None, fallback={"auto": True}, require_key=KEY) as model:
+            objects = team_objects()
+            agents = [json.dumps(d) for d in objects if d["kind"] == "Agent"]
+            _apply_all(
+                control_plane,
+                namespace,
+                [secret(namespace), endpoint("openai", model.url + "/v1"), *agents],
+            )
+            early = team_task("early", "review", "adopt ordo?")
+            early["metadata"]["annotations"] = {"ordo.dev/reference-grace": "90s"}
+            _apply_all(control_plane, namespace, [json.dumps(early)])
+
+            def waiting() -> dict[str, Any] | None:
+                status = get_json(control_plane, "task", "early", "-n", namespace).get("status")
+                ready = [c for c in (status or {}).get("conditions") or [] if c["type"] == "Ready"]
+                return ready[0] if ready and ready[0]["reason"] == "WaitingForReferences" else None
+
+            ready = wait_for(waiting, 30, what="the Team Task waiting for its Team")
+            assert "Team 'review'" in ready["message"]
+            assert _children(control_plane, namespace, "early") == []  # nothing started
+            review = [json.dumps(d) for d in objects if d["metadata"]["name"] == "review"]
+            _apply_all(control_plane, namespace, review)
+            status = wait_task(control_plane, namespace, "early", timeout=90)["status"]
+            assert (status["phase"], status["reason"]) == ("Succeeded", "Succeeded"), status
+    finally:
+        op.stop()
