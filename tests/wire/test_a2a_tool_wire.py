@@ -179,3 +179,17 @@ async def test_the_call_is_a_client_span_whose_traceparent_the_remote_receives()
         format(client.context.trace_id, "032x"),
         format(client.context.span_id, "016x"),
     )
+
+
+def test_a_card_naming_another_origin_gets_nothing_sent(tmp_path: Path) -> None:
+    """The card is read from `localhost`, its endpoint is on `127.0.0.1`: another origin, so
+    neither the message nor a credential goes there."""
+    script = {"Q": [calls(("remote", {"input": "ECHO hello"})), text("done")]}
+    with RemoteAgentServer() as remote, OpenAIServer(script) as model:
+        elsewhere = remote.url.replace("127.0.0.1", "localhost")
+        task = run(tmp_path, model, documents(elsewhere))
+        bodies = model.bodies
+        posts = list(remote.headers)
+    assert posts == []
+    assert "could not be reached" in tool_message(bodies)
+    assert task["status"]["toolCalls"][0]["outcome"] == "error"

@@ -121,7 +121,7 @@ class A2aRemoteAgent:
         """The SDK client, built from the card on first use (fetched once per run)."""
         if self._client is None:
             self._http = httpx.AsyncClient(
-                transport=GuardedTransport(),
+                transport=GuardedTransport(self._url),
                 headers=self._headers,
                 timeout=self._timeout,
                 follow_redirects=False,

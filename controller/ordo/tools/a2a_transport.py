@@ -6,6 +6,10 @@ custom transport is a documented httpx configuration, so the SDK still builds ev
 and parses every answer. What this transport adds, for EVERY request (the card's URL and the
 endpoint the card names, which the remote agent chose, alike):
 
+- **One origin.** Requests go only to the origin (scheme, host, port) of the Tool's URL, the
+  one its Secret was released for: a card that names an endpoint elsewhere is refused
+  (`OtherOrigin`), so neither the credential nor the message goes to a host the Tool does not
+  name.
 - **The SSRF guard** (`netguard.check`): the host is resolved and every address checked; the
   request then goes to the first checked address, with the `Host` header and the TLS server
   name (`sni_hostname`) of the original host, so a DNS answer that changes between the check
@@ -28,6 +32,16 @@ MAX_BODY_BYTES = 1024 * 1024
 """At most this much of one answer of a remote agent is read (a task carries its history)."""
 
 
+class OtherOrigin(httpx.ConnectError):
+    """A request for another origin than the Tool URL's (nothing was sent)."""
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int]:
+    """`(scheme, host, port)`, the port defaulted by scheme; the host lower-case."""
+    scheme = url.scheme.lower()
+    return scheme, url.host.rstrip(".").lower(), url.port or DEFAULT_PORTS.get(scheme, 0)
+
+
 class BlockedDestination(httpx.ConnectError):
     """The SSRF guard refused the destination (nothing was sent)."""
 
@@ -41,17 +55,26 @@ class EncodedResponse(httpx.ReadError):
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):
-    """httpx requests, each to an address the SSRF guard checked, each answer at most `limit`
-    bytes."""
+    """httpx requests to the origin of `url`, each to an address the SSRF guard checked, each
+    answer at most `limit` bytes."""
 
-    def __init__(self, *, allow_private_network: bool = False, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, url: str, *, allow_private_network: bool = False, limit: int = MAX_BODY_BYTES
+    ) -> None:
+        self._origin = origin(httpx.URL(url))
         self._inner = httpx.AsyncHTTPTransport()
         self._private = allow_private_network
         self._limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        port = request.url.port or DEFAULT_PORTS.get(request.url.scheme, 0)
+        if origin(request.url) != self._origin:
+            scheme, host, port = origin(request.url)
+            raise OtherOrigin(
+                f"the remote agent's card names an endpoint on {scheme}://{host}:{port}, not on "
+                "the origin of the Tool's spec.a2a.url",
+                request=request,
+            )
+        _scheme, host, port = self._origin
         try:
             destination = await netguard.check(host, port, allow_private_network=self._private)
         except netguard.BlockedDestination as exc:
