@@ -225,3 +225,19 @@ async def test_an_approved_call_is_not_asked_again_after_a_restart_and_keeps_its
     assert second.sent == []
     record = done.tool_calls[0]
     assert (record.reason, record.approved_by) == ("Approved: alice", ("alice",))
+
+
+async def test_a_cancel_request_ends_the_wait_and_cancels_the_remote_task() -> None:
+    remote = FakeRemote()
+    cancel = asyncio.Event()
+    model = ScriptedModel([tools_turn(call("ask_remote", "c1", input="slow"))])
+    running = asyncio.ensure_future(
+        run_agent(config(), model, [remote_tool(remote)], cancel=cancel)
+    )
+    while not remote.gets:
+        await asyncio.sleep(0.01)
+    cancel.set()
+    result = await running
+    assert (result.phase, result.reason) == ("Cancelled", "Cancelled")
+    assert remote.cancels == ["task-c1"]
+    assert result.tool_calls[0].error == "Cancelled"

@@ -178,7 +178,7 @@ class _Run:
             if violation is not None:
                 return verdicts.guardrail_violation(violation)
         denial = await complete_pending(
-            config, state, self.tools, self.emit, self.guardrails, self.deadline
+            config, state, self.tools, self.emit, self.guardrails, self.deadline, self.cancel
         )
         if denial is not None:
             return verdicts.denied(denial, public_tool_name(denial.record.tool, self.bound))
@@ -217,6 +217,7 @@ class _Run:
             self.emit,
             guardrails=self.guardrails,
             deadline=self.deadline,
+            cancel=self.cancel,
         )
         if denial is not None:
             return verdicts.denied(denial, public_tool_name(denial.record.tool, self.bound), step)

@@ -18,7 +18,9 @@ The run waits for the remote task inside the call, holding its slot: unlike a ch
 nothing in the cluster changes when it ends, so there is no watch event that could wake a
 parked run (docs/decisions.md). The wait ends at the call's own limit (the Tool's `timeout`
 from the send, kept across resumes in the record) or the run's deadline, whichever is first;
-either cancels the remote task (CancelTask). A run stopped for any other reason (the operator
+either cancels the remote task (CancelTask); so does a cancel request of the Task (spec.cancel,
+the Task deleted): the call ends with an error result and the run ends `Cancelled` at the
+next step. A run stopped for any other reason (the operator
 shutting down, the lease lost) leaves the remote task running: the resumed run polls it.
 
 A Task at its delegation depth limit does not send (`DelegationDepthExceeded`); the chain of
@@ -75,15 +77,27 @@ async def _cancel(agent: RemoteAgent, task_id: str) -> None:
 
 
 async def _wait(
-    agent: RemoteAgent, task: RemoteTask, until: float, config: RunConfig
+    agent: RemoteAgent,
+    task: RemoteTask,
+    until: float,
+    config: RunConfig,
+    cancel: asyncio.Event | None,
 ) -> RemoteTask | None:
-    """`task` once it ended, polled with GetTask; None when `until` (epoch) came first."""
+    """`task` once it ended, polled with GetTask; None when `until` (epoch) or a cancel
+    request came first."""
     pause = POLL_FIRST
     while not task.ended:
         left = until - config.clock()
         if left <= 0:
             return None
-        await asyncio.sleep(min(pause, left))
+        if cancel is None:
+            await asyncio.sleep(min(pause, left))
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(pause, left)):
+                    await cancel.wait()
+            if cancel.is_set():
+                return None
         pause = min(pause * 2, POLL_MAX)
         task = await agent.get(task.id)
     return task
@@ -97,9 +111,11 @@ async def call_remote(
     emit: Listener,
     *,
     deadline: float | None,
+    cancel: asyncio.Event | None = None,
 ) -> tuple[ToolCallRecord, ToolResult]:
     """Send (or find again) the remote task of one allowed `a2a` call and wait for it: its
-    record and result. `deadline` (time.monotonic()) is the run's."""
+    record and result. `deadline` (time.monotonic()) is the run's; `cancel` set (a cancel
+    request) ends the wait and cancels the remote task."""
     binding = screened.binding
     assert binding is not None and binding.remote is not None
     agent = binding.remote.agent
@@ -131,7 +147,7 @@ async def call_remote(
             await emit(Checkpoint(state))  # durable before the run waits for it
         else:
             task = await agent.get(known.task_id)
-        ended = await _wait(agent, task, known.until, config)
+        ended = await _wait(agent, task, known.until, config, cancel)
     except LeaseLost:
         raise
     except asyncio.CancelledError:
@@ -142,6 +158,10 @@ async def call_remote(
         cause = failure_cause(exc)
         text = f"error: the remote agent could not be reached ({cause})"
         return await finish_call(call, screened, state, emit, started, (text, True, cause))
+    if ended is None and cancel is not None and cancel.is_set():
+        await _cancel(agent, known.task_id)
+        text = "error: the Task was cancelled, and so was the remote agent's task"
+        return await finish_call(call, screened, state, emit, started, (text, True, "Cancelled"))
     if ended is None:
         await _cancel(agent, known.task_id)
         text = (

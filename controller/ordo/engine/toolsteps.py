@@ -102,11 +102,13 @@ async def run_calls(
     resuming: bool = False,
     guardrails: Sequence[GuardrailBinding] = (),
     deadline: float | None = None,
+    cancel: asyncio.Event | None = None,
 ) -> Denial | None:
     """Screen and execute the tool calls of one response, appending exactly one result per
     call (none for a call that waits for approval or for its child Task). Returns the denial
     when `onToolDenied: Fail` must end the run. `deadline` (time.monotonic()) is the run's:
-    a child Task gets what is left of it."""
+    a child Task gets what is left of it. `cancel` (a cancel request) ends the wait of an `a2a`
+    call (its remote task is cancelled)."""
     by_name = {t.name: t for t in tools}
     seen: set[str] = set()
     starting = to_start(calls, by_name, state)
@@ -165,7 +167,7 @@ async def run_calls(
             record, result = done
         elif screened.binding.remote is not None:
             record, result = await call_remote(
-                call, screened, config, state, emit, deadline=deadline
+                call, screened, config, state, emit, deadline=deadline, cancel=cancel
             )
         else:
             record, result = await _execute(screened, call, state, emit)
@@ -209,6 +211,7 @@ async def complete_pending(
     emit: Listener,
     guardrails: Sequence[GuardrailBinding] = (),
     deadline: float | None = None,
+    cancel: asyncio.Event | None = None,
 ) -> Denial | None:
     """After a restart: finish the tool calls of the last step that have no result yet.
     A call that may have started is repeated only if its tool is idempotent; a call whose
@@ -227,6 +230,7 @@ async def complete_pending(
         resuming=True,
         guardrails=guardrails,
         deadline=deadline,
+        cancel=cancel,
     )
     if denied is None and not state.approvals and not state.waiting_children:
         await emit(Checkpoint(state))
