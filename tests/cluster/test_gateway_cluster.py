@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from tests.support.operator import OperatorProcess, apply, doc, free_port, tasks, wait_for
+from tests.support.packaging import helm_template, to_yaml
 
 from ordo_devcluster import ControlPlane
 
@@ -61,7 +63,9 @@ def role(name: str, verbs: list[str], account: str) -> str:
 class GatewayProcess:
     """`ordo gateway -n NS` in a subprocess, as the admin of the control plane."""
 
-    def __init__(self, cp: ControlPlane, namespace: str, log_dir: Path) -> None:
+    def __init__(
+        self, cp: ControlPlane, namespace: str, log_dir: Path, kubeconfig: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / "gateway.log"
@@ -79,12 +83,15 @@ class GatewayProcess:
             "--audience",
             AUDIENCE,
         ]
+        env = cp.env(os.environ)
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=cp.env(os.environ),
+                env=env,
                 start_new_session=True,
             )
         deadline = time.monotonic() + 30
@@ -295,4 +302,76 @@ def test_approval_is_input_required_and_cancel(
     wait_for(
         lambda: asyncio.run(get()).status.state == TaskState.TASK_STATE_CANCELED,
         what="CANCELED",
+    )
+
+
+def test_the_chart_rbac_suffices_and_the_requester_policy_admits_the_caller(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The gateway with only the chart's ServiceAccount and RBAC (and the chart's requester
+    admission policy installed) authenticates, authorizes and creates the caller's Task."""
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    release = f"ordo-gw{uuid.uuid4().hex[:6]}"
+    values = {
+        "watchNamespaces": [ns],
+        "admissionPolicies": {"enabled": True},
+        "gateway": {"enabled": True},
+    }
+    docs = helm_template(tmp_path, release=release, namespace=ns, values=values)
+    account = f"{release}-gateway"
+    wanted = [
+        d
+        for d in docs
+        if d["metadata"]["name"].startswith(account)
+        and d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
+    ]
+    wanted += [
+        d
+        for d in docs
+        if d["kind"].startswith("ValidatingAdmissionPolicy")
+        and d["metadata"]["name"] == f"{release}-task-requester"
+    ]
+    assert len(wanted) == 7  # account, 2 roles, 2 bindings, the policy and its binding
+    cp.kubectl("apply", "--server-side", "-f", "-", input=to_yaml(wanted))
+    kubectl_caller = cp.service_account_kubeconfig(ns, "caller")
+    forged = doc("Task", "forged", {"agentRef": "helper"})
+    forged_body = json.loads(forged)
+    forged_body["metadata"]["annotations"] = {"ordo.dev/requested-by": "someone-else"}
+    wait_for(
+        lambda: (
+            "must be your user name"
+            in cp.kubectl(
+                "create",
+                "-n",
+                ns,
+                "-f",
+                "-",
+                input=json.dumps(forged_body),
+                kubeconfig=kubectl_caller,
+                check=False,
+            ).stderr
+        ),
+        120,
+        what="the requester policy to take effect",
+    )
+    process = GatewayProcess(cp, ns, tmp_path, cp.service_account_kubeconfig(ns, account))
+    try:
+        bearer = token(cp, ns, "caller")
+
+        async def send() -> Any:
+            client, _ = await client_for(
+                process, ns, "helper", bearer, polling=True, streaming=False
+            )
+            events = [e async for e in client.send_message(message("hi", "msg-chart"))]
+            await client.close()
+            return events[0].task
+
+        sent = asyncio.run(send())
+    finally:
+        process.stop()
+    assert sent.status.state == TaskState.TASK_STATE_SUBMITTED
+    created = json.loads(cp.kubectl("get", "task", sent.id, "-n", ns, "-o", "json").stdout)
+    assert created["metadata"]["annotations"]["ordo.dev/requested-by"] == (
+        f"system:serviceaccount:{ns}:caller"
     )

@@ -321,3 +321,22 @@ matchResources: {}
 {{- define "ordo.checkpointKeySecret" -}}
 {{- default (printf "%s-checkpoint-key" (include "ordo.fullname" .)) .Values.checkpoints.keySecret.name -}}
 {{- end -}}
+
+{{/* The gateway's pods: their own app.kubernetes.io/name, so no operator selector matches. */}}
+{{- define "ordo.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "ordo.name" . }}-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ordo.gatewayLabels" -}}
+helm.sh/chart: {{ include "ordo.chart" . }}
+{{ include "ordo.gatewaySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: gateway
+app.kubernetes.io/part-of: ordo
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "ordo.gatewayServiceAccountName" -}}
+{{- printf "%s-gateway" (include "ordo.fullname" .) -}}
+{{- end -}}
