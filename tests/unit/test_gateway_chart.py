@@ -87,3 +87,15 @@ def test_gateway_serves_the_watched_namespaces_only(tmp_path: Path) -> None:
     bindings = [d for d in of_kind(docs, "RoleBinding") if d["metadata"]["name"] == GATEWAY]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     assert not [d for d in of_kind(docs, "ClusterRoleBinding") if d["metadata"]["name"] == GATEWAY]
+
+
+def test_gateway_traces_go_where_the_operators_go(tmp_path: Path) -> None:
+    values = {"gateway": {"enabled": True}, "tracing": {"otlpEndpoint": "http://otel:4318"}}
+    deployment = named(helm_template(tmp_path, values=values), "Deployment", GATEWAY)
+    env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel:4318"
+    assert env["OTEL_SERVICE_NAME"] == "ordo-gateway"
+    plain = named(
+        helm_template(tmp_path, values={"gateway": {"enabled": True}}), "Deployment", GATEWAY
+    )
+    assert not [e for e in container(plain)["env"] if e["name"].startswith("OTEL_")]

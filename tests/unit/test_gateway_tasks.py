@@ -1,5 +1,6 @@
 """The gateway's mapping between A2A and ordo Tasks (gateway/tasks.py), its card
-(gateway/card.py) and its rate limit (gateway/limits.py); the cluster tests serve them."""
+(gateway/card.py), its rate limit (gateway/limits.py) and its SERVER span (gateway/traces.py);
+the cluster tests serve them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 import pytest
 from a2a.types.a2a_pb2 import Message, Part, TaskState
 from google.protobuf.struct_pb2 import Struct, Value
+from opentelemetry.trace import SpanKind
+from tests.support.traced import recorded_spans
 
 from ordo.api.agent import AgentSpec
 from ordo.gateway import tasks
 from ordo.gateway.card import agent_card, served
 from ordo.gateway.limits import CallerLimits
 from ordo.gateway.reviews import Caller
+from ordo.gateway.traces import current_traceparent, server_span
 
 ALICE = Caller("system:serviceaccount:ns:alice")
 BOB = Caller("system:serviceaccount:ns:bob")
@@ -139,3 +143,31 @@ def test_rate_limit_per_caller() -> None:
     now[0] = 1.0
     assert limits.admit("a") and not limits.admit("a")
     assert all(CallerLimits(rate=0, burst=1).admit("a") for _ in range(10))
+
+
+def test_the_server_span_continues_the_callers_trace_and_the_task_carries_it() -> None:
+    caller_trace = "0af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{caller_trace}-b7ad6b7169203331-01"}
+    with recorded_spans() as exporter:
+        with server_span(headers, "ns", "helper", "SendMessage") as span:
+            parent = current_traceparent()
+            body = tasks.task_body("n", "helper", ALICE, Message(message_id="m"), (), parent)
+        context = span.get_span_context()
+    assert parent == f"00-{caller_trace}-{context.span_id:016x}-01"
+    assert body["metadata"]["annotations"]["ordo.dev/traceparent"] == parent
+    (finished,) = exporter.get_finished_spans()
+    assert finished.name == "invoke_agent helper" and finished.kind == SpanKind.SERVER
+    assert finished.parent is not None and finished.parent.span_id == 0xB7AD6B7169203331
+    assert dict(finished.attributes or {}) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "helper",
+        "k8s.namespace.name": "ns",
+        "rpc.method": "SendMessage",
+    }
+
+
+def test_no_traceparent_when_nothing_records() -> None:
+    with server_span({}, "ns", "helper", "other"):
+        assert current_traceparent() is None
+    body = tasks.task_body("n", "helper", ALICE, Message(message_id="m"), (), None)
+    assert "ordo.dev/traceparent" not in body["metadata"]["annotations"]

@@ -25,6 +25,7 @@ from .card import agent_card, served
 from .handler import AgentTasks
 from .limits import CallerLimits
 from .reviews import Reviewer
+from .traces import server_span
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ VERBS = {
     "tasks/cancel": "patch",
 }
 """The Task verb each method needs in the Agent's namespace; any other method needs `get`."""
+READS = frozenset({"GetTask", "SubscribeToTask", "tasks/get", "tasks/resubscribe"})
+"""The methods that need `get` (named in spans; any other name is recorded as "other")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,9 @@ class Gateway:
             self._kube, namespace, agent["metadata"]["name"], caller, self._config.max_depth
         )
         dispatcher = JsonRpcDispatcher(handler, enable_v0_3_compat=True)
-        return await dispatcher.handle_requests(request)
+        known = method if method in VERBS or method in READS else "other"
+        with server_span(request.headers, namespace, agent["metadata"]["name"], known):
+            return await dispatcher.handle_requests(request)
 
 
 def dumps_config(config: GatewayConfig) -> str:

@@ -43,6 +43,7 @@ from ..operator.kube.client import ApiError, KubeClient
 from . import tasks
 from .follow import versions
 from .reviews import Caller
+from .traces import current_traceparent
 
 MAX_PAGE = 100
 
@@ -80,7 +81,9 @@ class AgentTasks(RequestHandler):
         if why:
             raise InvalidParamsError(message=why)
         name = tasks.task_name(self._agent, self._caller, message.message_id)
-        body = tasks.task_body(name, self._agent, self._caller, message, chain)
+        body = tasks.task_body(
+            name, self._agent, self._caller, message, chain, current_traceparent()
+        )
         try:
             return await self._kube.create("Task", self._namespace, body)
         except ApiError as exc:

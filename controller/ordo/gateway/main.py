@@ -11,6 +11,7 @@ import uvicorn
 from ..engine.delegation import DEFAULT_MAX_DEPTH
 from ..operator.kube.auth import login
 from ..operator.kube.client import KubeClient
+from ..runtime import tracing
 from .app import Gateway, GatewayConfig, dumps_config
 
 log = logging.getLogger(__name__)
@@ -84,5 +85,11 @@ async def serve(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    asyncio.run(serve(args))
+    if problem := tracing.configure_or_explain("ordo-gateway"):
+        log.error(problem)
+        return 2
+    try:
+        asyncio.run(serve(args))
+    finally:
+        tracing.shutdown()
     return 0

@@ -24,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ..api.task import REQUESTER_ANNOTATION
 from ..engine.delegation import CHAIN_ANNOTATION, Lineage
+from ..runtime.tracing import TRACEPARENT_ANNOTATION
 from .reviews import Caller
 
 AGENT_LABEL = "ordo.dev/a2a-agent"
@@ -90,10 +91,16 @@ def refusal(agent: str, chain: tuple[str, ...], max_depth: int) -> str | None:
 
 
 def task_body(
-    name: str, agent: str, caller: Caller, message: Message, chain: tuple[str, ...]
+    name: str,
+    agent: str,
+    caller: Caller,
+    message: Message,
+    chain: tuple[str, ...],
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     """The Task the gateway creates for `message`; the requester is the authenticated
-    caller, set by the gateway (never taken from the request)."""
+    caller, set by the gateway (never taken from the request); `traceparent` is the
+    gateway's span, under which the run's spans nest."""
     annotations = {
         REQUESTER_ANNOTATION: caller.username,
         MESSAGE_ANNOTATION: message.message_id[:253],
@@ -101,6 +108,8 @@ def task_body(
     }
     if chain:
         annotations[CHAIN_ANNOTATION] = json.dumps([*chain, agent])
+    if traceparent:
+        annotations[TRACEPARENT_ANNOTATION] = traceparent
     return {
         "apiVersion": "ordo.dev/v1alpha1",
         "kind": "Task",
