@@ -3,7 +3,9 @@ subprocesses and the official a2a-sdk client (not ordo's code) as the caller: th
 streamed send with a ServiceAccount token to the answer, an identical retried send that
 creates no second Task, the requester set by the gateway, refusals (no token 401, no `create
 tasks` 403 and no Task, an Agent that did not opt in 404), an approval-gated Tool shown as
-INPUT_REQUIRED, and cancel."""
+INPUT_REQUIRED, and cancel; ListTasks limited to the served Agent and refused without `list
+tasks`, SubscribeToTask on a running Task to its end, the 0.3 method names through the SDK's
+compat transport, and the gateway's /metrics."""
 
 from __future__ import annotations
 
@@ -22,15 +24,19 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
+from a2a.utils.errors import A2AError
 from tests.support.operator import OperatorProcess, apply, doc, free_port, tasks, wait_for
 from tests.support.packaging import helm_template, to_yaml
 
@@ -68,6 +74,7 @@ class GatewayProcess:
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
         self.log_path = log_dir / "gateway.log"
         cmd = [
             sys.executable,
@@ -82,6 +89,8 @@ class GatewayProcess:
             namespace,
             "--audience",
             AUDIENCE,
+            "--metrics-port",
+            str(self.metrics_port),
         ]
         env = cp.env(os.environ)
         if kubeconfig is not None:
@@ -226,6 +235,117 @@ def test_card_stream_answer_and_retried_send(
     assert [t["metadata"]["name"] for t in items] == [events[0].task.id]
     annotations = items[0]["metadata"]["annotations"]
     assert annotations["ordo.dev/requested-by"] == f"system:serviceaccount:{ns}:caller"
+
+
+def metric(gw: GatewayProcess, line_start: str) -> float:
+    """The value of the sample line of the gateway's /metrics that starts with `line_start`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{gw.metrics_port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    found = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(line_start)]
+    return found[0] if found else 0.0
+
+
+def test_list_subscribe_compat_names_and_metrics(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, gateway: GatewayProcess
+) -> None:
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    apply(cp, ns, role("a2a-sender", ["create"], "sender"))
+    cp.kubectl("create", "serviceaccount", "sender", "-n", ns)
+    slow = [{"text": ANSWER, "delay": "10s"}]  # long enough to subscribe while it runs
+    apply(
+        cp,
+        ns,
+        doc(
+            "ModelEndpoint",
+            "slow-model",
+            {"provider": "mock", "model": "m", "mock": {"turns": slow}},
+        ),
+    )
+    apply(cp, ns, doc("Agent", "slow", {"modelRef": "slow-model", "a2a": {"enabled": True}}))
+    bearer = token(cp, ns, "caller")
+
+    async def send(agent: str, message_id: str) -> str:
+        client, _ = await client_for(gateway, ns, agent, bearer, polling=True, streaming=False)
+        events = [e async for e in client.send_message(message("go", message_id))]
+        await client.close()
+        return str(events[0].task.id)
+
+    async def get(agent: str, name: str) -> Any:
+        client, _ = await client_for(gateway, ns, agent, bearer)
+        task = await client.get_task(GetTaskRequest(id=name))
+        await client.close()
+        return task
+
+    running = asyncio.run(send("slow", "slow-1"))
+    wait_for(
+        lambda: (
+            cp.kubectl("get", "task", running, "-n", ns, "-o", "jsonpath={.status.phase}").stdout
+            == "Running"
+        ),
+        what="the slow Task to run",
+    )
+
+    async def resubscribe() -> list[Any]:
+        client, _ = await client_for(gateway, ns, "slow", bearer)
+        events = [e async for e in client.subscribe(SubscribeToTaskRequest(id=running))]
+        await client.close()
+        return events
+
+    events = asyncio.run(resubscribe())
+    assert events[0].task.id == running
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    assert states[-1] == TaskState.TASK_STATE_COMPLETED, events[-1]
+    artifacts = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert [p.text for a in artifacts for p in a.parts] == [ANSWER]
+
+    # ListTasks lists the served Agent's Tasks only (not another Agent's, not one made
+    # without the gateway), for a caller with `list tasks`.
+    other = asyncio.run(send("helper", "helper-1"))
+    apply(cp, ns, doc("Task", "direct", {"agentRef": "slow"}))
+
+    async def listed(agent: str, account: str) -> list[str]:
+        client, _ = await client_for(gateway, ns, agent, token(cp, ns, account))
+        try:
+            page = await client.list_tasks(ListTasksRequest())
+        finally:
+            await client.close()
+        return [t.id for t in page.tasks]
+
+    assert asyncio.run(listed("slow", "reader")) == [running]
+    assert asyncio.run(listed("helper", "caller")) == [other]
+    with pytest.raises(A2AError):  # a 403 without `list tasks`
+        asyncio.run(listed("slow", "sender"))
+
+    # The 0.3 names (message/send, tasks/get) through the SDK's own 0.3 transport.
+    async def legacy() -> tuple[Any, Any]:
+        async with httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {bearer}"}, timeout=60
+        ) as http:
+            url = f"{gateway.url}/a2a/{ns}/helper"
+            transport = CompatJsonRpcTransport(http, None, url)
+            sent = await transport.send_message(message("old", "legacy-1"))
+            got = await transport.get_task(GetTaskRequest(id=sent.task.id))
+        return sent, got
+
+    sent, got = asyncio.run(legacy())
+    assert sent.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert got.id == sent.task.id and got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [p.text for a in got.artifacts for p in a.parts] == [ANSWER]
+    assert len(tasks(cp, ns)) == 4  # slow-1, helper-1, direct, legacy-1
+
+    assert (
+        metric(gateway, f'ordo_gateway_tasks_created_total{{agent="slow",namespace="{ns}"}}') == 1
+    )
+    assert (
+        metric(gateway, f'ordo_gateway_tasks_created_total{{agent="helper",namespace="{ns}"}}') == 2
+    )
+    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="SubscribeToTask"}') == 1
+    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="message/send"}') == 1
+    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="tasks/get"}') == 1
+    assert metric(gateway, 'ordo_gateway_requests_total{code="403",method="ListTasks"}') == 1
+    assert metric(gateway, 'ordo_gateway_rejections_total{kind="forbidden"}') == 1
 
 
 def test_refusals(control_plane: ControlPlane, namespace: str, gateway: GatewayProcess) -> None:

@@ -1,6 +1,7 @@
 """The chart's `gateway.enabled` (templates/gateway.yaml): nothing without it; with it, a
 Deployment running `ordo gateway` with flags its parser accepts, its own ServiceAccount and
-pods no operator selector matches, a Service, probes, and least-privilege RBAC (reviews
+pods no operator selector matches, a Service, probes, a metrics port with its own Service
+(and a ServiceMonitor with serviceMonitor.enabled), and least-privilege RBAC (reviews
 cluster-wide; Agents read and Tasks written only where the operator watches); the requester
 admission policy lets the gateway's ServiceAccount name the A2A caller. Runs helm
 (scripts/build-helm): fails in CI, skipped elsewhere without it."""
@@ -50,7 +51,7 @@ def test_gateway_objects(tmp_path: Path) -> None:
     labels = pod["metadata"]["labels"]
     for kind in ("Deployment", "Service"):
         for other in of_kind(docs, kind):
-            if other["metadata"]["name"] == GATEWAY:
+            if other["metadata"]["name"] in (GATEWAY, f"{GATEWAY}-metrics"):
                 continue
             spec = other["spec"]
             selector = spec["selector"].get("matchLabels", spec["selector"])
@@ -90,12 +91,54 @@ def test_gateway_serves_the_watched_namespaces_only(tmp_path: Path) -> None:
 
 
 def test_gateway_traces_go_where_the_operators_go(tmp_path: Path) -> None:
-    values = {"gateway": {"enabled": True}, "tracing": {"otlpEndpoint": "http://otel:4318"}}
+    values = {
+        "gateway": {"enabled": True, "env": [{"name": "NO_PROXY", "value": ".svc"}]},
+        "tracing": {"otlpEndpoint": "http://otel:4318"},
+    }
     deployment = named(helm_template(tmp_path, values=values), "Deployment", GATEWAY)
     env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel:4318"
     assert env["OTEL_SERVICE_NAME"] == "ordo-gateway"
+    assert env["NO_PROXY"] == ".svc"  # gateway.env
     plain = named(
         helm_template(tmp_path, values={"gateway": {"enabled": True}}), "Deployment", GATEWAY
     )
     assert not [e for e in container(plain)["env"] if e["name"].startswith("OTEL_")]
+
+
+def test_gateway_metrics_port_service_and_monitor(tmp_path: Path) -> None:
+    values = {
+        "gateway": {"enabled": True, "metrics": {"annotations": {"prometheus.io/scrape": "true"}}}
+    }
+    docs = helm_template(tmp_path, values=values)
+    deployment = named(docs, "Deployment", GATEWAY)
+    box = container(deployment)
+    args = build_parser().parse_args(["gateway", *box["args"]])
+    assert args.metrics_port == 9090
+    assert (args.client_rate_limit, args.client_rate_burst, args.token_cache_ttl) == (20, 50, 30)
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in box["ports"]
+    service = named(docs, "Service", f"{GATEWAY}-metrics")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    # The A2A Service callers reach does not expose /metrics.
+    assert [p["name"] for p in named(docs, "Service", GATEWAY)["spec"]["ports"]] == ["a2a"]
+    assert not [d for d in of_kind(docs, "ServiceMonitor") if "gateway" in d["metadata"]["name"]]
+
+    monitored = {**values, "serviceMonitor": {"enabled": True}}
+    monitor = named(helm_template(tmp_path, values=monitored), "ServiceMonitor", GATEWAY)
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_gateway_metrics_off(tmp_path: Path) -> None:
+    values = {"gateway": {"enabled": True, "metrics": {"port": 0}}}
+    docs = helm_template(tmp_path, values=values)
+    box = container(named(docs, "Deployment", GATEWAY))
+    assert build_parser().parse_args(["gateway", *box["args"]]).metrics_port == 0
+    assert [p["name"] for p in box["ports"]] == ["a2a"]
+    assert not [
+        d
+        for d in of_kind(docs, "Service")
+        if d["metadata"]["name"].endswith("-metrics") and "gateway" in d["metadata"]["name"]
+    ]

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from tests.support.packaging import (
     CHART,
     KUSTOMIZE_BASE,
@@ -32,6 +32,7 @@ from tests.support.packaging import (
 
 from ordo.api import crdgen
 from ordo.cli.main import build_parser
+from ordo.gateway.metrics import GatewayMetrics
 from ordo.operator.telemetry.metrics import Metrics
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -315,9 +316,19 @@ def _populated() -> Metrics:
     return metrics
 
 
+def _gateway_populated() -> GatewayMetrics:
+    """`ordo gateway`'s registry (served on its own --metrics-port), one sample each."""
+    m = GatewayMetrics(CollectorRegistry())
+    m.requests.labels(method="SendMessage", code="200").inc()
+    m.tasks_created.labels(namespace="ns", agent="a").inc()
+    return m
+
+
 def _exposed_names() -> set[str]:
-    """Every sample name ordo's registry exposes (histogram/counter suffixes included)."""
+    """Every sample name ordo's registries (operator and gateway) expose (histogram/counter
+    suffixes included)."""
     text = generate_latest(_populated().registry).decode()
+    text += generate_latest(_gateway_populated().registry).decode()
     return {
         line.split("{")[0].split(" ")[0]
         for line in text.splitlines()
@@ -368,7 +379,8 @@ def test_operations_doc_documents_every_metric_and_no_other() -> None:
 def test_metric_label_names_match_the_operations_doc() -> None:
     text = (ROOT / "docs" / "operations.md").read_text()
     checked = 0
-    for family in _populated().registry.collect():
+    families = [*_populated().registry.collect(), *_gateway_populated().registry.collect()]
+    for family in families:
         name = family.name + ("_total" if family.type == "counter" else "")
         labels: list[str] = []
         for sample in family.samples:
@@ -379,7 +391,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 16
+    assert checked == 19
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -1,6 +1,8 @@
 """The gateway's ASGI app (Starlette): per served Agent, its card (the SDK's card route) and
-its JSON-RPC endpoint (the SDK's dispatcher, v1.0 and 0.3 names), behind authentication
-(401), a rate limit per caller (429) and an authorization of the method (403).
+its JSON-RPC endpoint (the SDK's dispatcher, v1.0 and 0.3 names), behind a rate limit per
+client address (429, before any Kubernetes API request), authentication (401), a rate limit
+per caller (429) and an authorization of the method (403). Each answer is counted
+(metrics.py).
 
 An Agent that does not opt in (`spec.a2a.enabled`) answers 404, as a missing one does, and
 so does a namespace outside `--namespace`. Refusals carry no detail; tokens and content are
@@ -24,7 +26,9 @@ from ..operator.kube.client import ApiError, KubeClient
 from .card import agent_card, served
 from .handler import AgentTasks
 from .limits import CallerLimits
+from .metrics import GatewayMetrics
 from .reviews import Reviewer
+from .tokencache import TokenCache
 from .traces import server_span
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,11 @@ class GatewayConfig:
     rate: float = 5.0
     """Requests per second per caller (0: unlimited)."""
     burst: int = 20
+    client_rate: float = 20.0
+    """JSON-RPC requests per second per client address, before authentication (0: unlimited)."""
+    client_burst: int = 50
+    token_cache_ttl: float = 30.0
+    """Seconds a successful TokenReview is reused (0: review every request; at most 60)."""
     public_url: str = ""
     """Where callers reach the gateway, for the card (empty: the request's own base URL)."""
     max_depth: int = 3
@@ -74,19 +83,23 @@ def _method(body: Any) -> str:
 
 
 class Gateway:
-    def __init__(self, kube: KubeClient, config: GatewayConfig) -> None:
+    def __init__(
+        self, kube: KubeClient, config: GatewayConfig, metrics: GatewayMetrics | None = None
+    ) -> None:
         self._kube = kube
         self._config = config
-        self._reviewer = Reviewer(kube, config.audiences)
+        self._reviewer = Reviewer(kube, config.audiences, TokenCache(config.token_cache_ttl))
         self._limits = CallerLimits(config.rate, config.burst)
+        self._clients = CallerLimits(config.client_rate, config.client_burst)
+        self.metrics = metrics or GatewayMetrics()
 
     def app(self) -> Starlette:
         prefix = "/a2a/{namespace}/{agent}"
         return Starlette(
             routes=[
                 Route("/healthz", self._health, methods=["GET"]),
-                Route(prefix + "/.well-known/agent-card.json", self._card, methods=["GET"]),
-                Route(prefix, self._rpc, methods=["POST"]),
+                Route(prefix + "/.well-known/agent-card.json", self._card_counted, methods=["GET"]),
+                Route(prefix, self._rpc_counted, methods=["POST"]),
             ]
         )
 
@@ -118,13 +131,33 @@ class Gateway:
         response: Response = await route.endpoint(request)
         return response
 
-    async def _rpc(self, request: Request) -> Response:
+    async def _card_counted(self, request: Request) -> Response:
+        response = await self._card(request)
+        self.metrics.requests.labels(method="agentCard", code=str(response.status_code)).inc()
+        return response
+
+    def _reject(self, kind: str, status: int, headers: dict[str, str]) -> Response:
+        self.metrics.rejections.labels(kind=kind).inc()
+        return _plain(status, headers)
+
+    async def _rpc_counted(self, request: Request) -> Response:
+        known: list[str] = ["unknown"]
+        response = await self._rpc(request, known)
+        self.metrics.requests.labels(method=known[0], code=str(response.status_code)).inc()
+        return response
+
+    async def _rpc(self, request: Request, known: list[str]) -> Response:
+        """Answer a JSON-RPC request; `known[0]` is set to the method's metric label once the
+        body is read."""
+        address = request.client.host if request.client else ""
+        if not self._clients.admit(address):
+            return self._reject("clientRateLimited", 429, {"Retry-After": "1"})
         token = _bearer(request)
         caller = await self._reviewer.authenticate(token) if token else None
         if caller is None:
-            return _plain(401, {"WWW-Authenticate": 'Bearer realm="ordo"'})
+            return self._reject("unauthenticated", 401, {"WWW-Authenticate": 'Bearer realm="ordo"'})
         if not self._limits.admit(caller.username):
-            return _plain(429, {"Retry-After": "1"})
+            return self._reject("rateLimited", 429, {"Retry-After": "1"})
         namespace = request.path_params["namespace"]
         agent = await self._served(request)
         if isinstance(agent, Response):
@@ -133,14 +166,16 @@ class Gateway:
             method = _method(await request.json())
         except (ValueError, UnicodeDecodeError):
             method = ""
+        known[0] = method if method in VERBS or method in READS else "other"
         if not await self._reviewer.allowed(caller, namespace, VERBS.get(method, "get")):
-            return _plain(403)
+            return self._reject("forbidden", 403, {})
+        name = agent["metadata"]["name"]
+        created = self.metrics.tasks_created.labels(namespace=namespace, agent=name)
         handler = AgentTasks(
-            self._kube, namespace, agent["metadata"]["name"], caller, self._config.max_depth
+            self._kube, namespace, name, caller, self._config.max_depth, created.inc
         )
         dispatcher = JsonRpcDispatcher(handler, enable_v0_3_compat=True)
-        known = method if method in VERBS or method in READS else "other"
-        with server_span(request.headers, namespace, agent["metadata"]["name"], known):
+        with server_span(request.headers, namespace, name, known[0]):
             return await dispatcher.handle_requests(request)
 
 
@@ -152,5 +187,8 @@ def dumps_config(config: GatewayConfig) -> str:
             "audiences": list(config.audiences),
             "rate": config.rate,
             "burst": config.burst,
+            "clientRate": config.client_rate,
+            "clientBurst": config.client_burst,
+            "tokenCacheTTL": config.token_cache_ttl,
         }
     )

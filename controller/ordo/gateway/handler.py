@@ -5,7 +5,7 @@ Push notifications are not offered (the card says so): the gateway never calls o
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -52,13 +52,21 @@ class AgentTasks(RequestHandler):
     """A2A on the Tasks of Agent `agent` in `namespace`, as `caller`."""
 
     def __init__(
-        self, kube: KubeClient, namespace: str, agent: str, caller: Caller, max_depth: int
+        self,
+        kube: KubeClient,
+        namespace: str,
+        agent: str,
+        caller: Caller,
+        max_depth: int,
+        on_created: Callable[[], None] = lambda: None,
     ) -> None:
         self._kube = kube
         self._namespace = namespace
         self._agent = agent
         self._caller = caller
         self._max_depth = max_depth
+        self._on_created = on_created
+        """Called once per Task this handler creates (the gateway's metric)."""
 
     async def _read(self, name: str) -> dict[str, Any]:
         """The served Agent's Task `name` created through the gateway, or TaskNotFound."""
@@ -85,11 +93,13 @@ class AgentTasks(RequestHandler):
             name, self._agent, self._caller, message, chain, current_traceparent()
         )
         try:
-            return await self._kube.create("Task", self._namespace, body)
+            created = await self._kube.create("Task", self._namespace, body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        return await self._read(name)
+            return await self._read(name)
+        self._on_created()
+        return created
 
     async def _follow(self, obj: dict[str, Any]) -> AsyncGenerator[Event, None]:
         """Status updates (state and step) until the Task stops or needs approval; the

@@ -1,5 +1,6 @@
-"""A token bucket per caller: `rate` requests a second, bursts of `burst`. The gateway
-answers 429 past it, before any Kubernetes API request is made for the call."""
+"""A token bucket per key: `rate` requests a second, bursts of `burst`. The gateway keeps
+one per client address (checked before the TokenReview) and one per authenticated caller
+(before any other Kubernetes API request of the call); it answers 429 past either."""
 
 from __future__ import annotations
 

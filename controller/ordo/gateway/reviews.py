@@ -1,7 +1,8 @@
 """Who is calling, and may they: a bearer token checked with a TokenReview (for the
 gateway's audience), each method checked with a SubjectAccessReview for that caller.
 
-Tokens are never logged, stored or echoed; a failed review is only a refusal."""
+Tokens are never logged or echoed; a successful review is remembered for a short time under
+the token's SHA-256 (tokencache.py), a failed review is only a refusal."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..api import GROUP
 from ..operator.kube.client import ApiError, KubeClient
+from .tokencache import TokenCache
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -28,12 +30,23 @@ class Caller:
 class Reviewer:
     """Asks the API server who a token is and what that caller may do."""
 
-    def __init__(self, kube: KubeClient, audiences: tuple[str, ...]) -> None:
+    def __init__(
+        self, kube: KubeClient, audiences: tuple[str, ...], cache: TokenCache[Caller]
+    ) -> None:
         self._kube = kube
         self._audiences = audiences
+        self._cache = cache
 
     async def authenticate(self, token: str) -> Caller | None:
         """The caller `token` authenticates, or None (invalid, expired, wrong audience)."""
+        caller = self._cache.get(token)
+        if caller is None:
+            caller = await self._review(token)
+            if caller is not None:
+                self._cache.put(token, caller)
+        return caller
+
+    async def _review(self, token: str) -> Caller | None:
         spec: dict[str, Any] = {"token": token}
         if self._audiences:
             spec["audiences"] = list(self._audiences)

@@ -1,0 +1,51 @@
+"""The gateway's Prometheus metrics, served on `--metrics-port` (`/metrics`). Every label
+value is bounded: a known JSON-RPC method name, `other`, `unknown` (refused before the body
+was read) or `agentCard`; an HTTP status code; a fixed rejection kind; and the served Agent's
+namespace and name (objects, not callers). Never a caller's name, a token or content."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    disable_created_metrics,
+    start_http_server,
+)
+
+REJECTIONS = ("unauthenticated", "forbidden", "rateLimited", "clientRateLimited")
+"""Rejection kinds: 401, 403, 429 for a caller, 429 for a client address (before the
+TokenReview)."""
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # No `_created` series (as the operator's): nothing reads them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "ordo_gateway_requests_total",
+            "Requests to served Agents (cards and JSON-RPC), by method and HTTP status code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "ordo_gateway_rejections_total",
+            "Requests refused before their method ran, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.tasks_created = Counter(
+            "ordo_gateway_tasks_created_total",
+            "Tasks the gateway created for a send (a retried send that found its Task is not "
+            "counted).",
+            ["namespace", "agent"],
+            registry=self.registry,
+        )
+        for kind in REJECTIONS:
+            self.rejections.labels(kind=kind)
+
+    def serve(self, host: str, port: int) -> None:
+        """Serve `/metrics` on `port` (prometheus-client's server, in a daemon thread).
+
+        Raises OSError when the port cannot be bound."""
+        start_http_server(port, addr=host, registry=self.registry)
