@@ -137,6 +137,8 @@ spec: {agentRef: plain}
     assert header == [
         "NAME",
         "AGENT",
+        "TEAM",  # a Team Task names a Team instead of an Agent
+        "PARENT",  # a child Task's parent (label ordo.dev/parent): the tree at a glance
         "PHASE",
         "REASON",
         "STEPS",
