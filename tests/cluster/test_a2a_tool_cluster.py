@@ -2,7 +2,8 @@
 the remote agent built from the a2a-sdk's own server classes (tests/support/a2a_agent.py):
 SIGKILLed while the remote task runs (after the run has polled it, so its id is durable), the
 operator resumes the Task, polls the same remote task instead of sending again (one send at
-the server), and the Task finishes with the remote answer."""
+the server), and the Task finishes with the remote answer; and the Task's deadline cancels a
+remote task that never ends."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ordo_devcluster import ControlPlane
 LEASE_SECONDS = 3.0
 
 
-def manifests(remote: str) -> str:
+def manifests(remote: str, timeout: str = "3m") -> str:
     return f"""
 apiVersion: ordo.dev/v1alpha1
 kind: ModelEndpoint
@@ -40,7 +41,7 @@ spec:
 apiVersion: ordo.dev/v1alpha1
 kind: Agent
 metadata: {{name: caller}}
-spec: {{modelRef: model, tools: [remote], limits: {{timeout: 3m}}}}
+spec: {{modelRef: model, tools: [remote], limits: {{timeout: {timeout}}}}}
 ---
 apiVersion: ordo.dev/v1alpha1
 kind: Task
@@ -73,5 +74,23 @@ def test_a_sigkill_while_the_remote_task_runs_does_not_send_twice(
         assert cancels == []
         [call] = status["toolCalls"]
         assert (call["tool"], call["outcome"]) == ("remote", "succeeded")
+    finally:
+        op.stop()
+
+
+def test_the_tasks_deadline_cancels_the_remote_task(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    op = OperatorProcess(control_plane, namespace, tmp_path).start()
+    try:
+        with RemoteAgentServer() as remote:
+            apply(control_plane, namespace, manifests(remote.url, timeout="8s"))
+            wait_for(remote.working.is_set, 60, what="the remote task to start")
+            status = wait_task(control_plane, namespace, "ask", timeout=90)["status"]
+            wait_for(lambda: len(remote.cancels) >= 1, 30, what="the remote task cancelled")
+            sends, cancels = list(remote.sends), list(remote.cancels)
+        assert (status["phase"], status["reason"]) == ("Failed", "Timeout"), status
+        assert len(sends) == 1, sends
+        assert len(cancels) == 1, cancels
     finally:
         op.stop()
