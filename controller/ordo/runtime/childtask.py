@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from ..api import Task
+from ..api import API_VERSION, Task
 from ..api.task import REQUESTER_ANNOTATION
 from ..engine.delegation import (
     CHAIN_ANNOTATION,
@@ -31,9 +31,7 @@ from ..engine.delegation import (
 )
 from .tracing import TRACEPARENT_ANNOTATION
 
-__all__ = ["child_task_body", "parent_uid"]
-
-API_VERSION = "ordo.dev/v1alpha1"
+__all__ = ["child_body_of", "child_task_body", "parent_uid"]
 
 
 def parent_uid(parent: Task) -> str:
@@ -47,11 +45,29 @@ def parent_uid(parent: Task) -> str:
 
 def child_task_body(parent: Task, lineage: Lineage, request: ChildRequest) -> dict[str, Any]:
     """The child Task of `request` (the parent's own `lineage`), as an object body."""
-    uid = parent_uid(parent)
-    name = child_name(parent.name, uid, request.key)
+    return child_body_of(
+        parent.name,
+        parent.namespace,
+        parent_uid(parent),
+        parent.metadata.annotations or {},
+        lineage,
+        request,
+    )
+
+
+def child_body_of(
+    name: str,
+    namespace: str,
+    uid: str,
+    parent_annotations: dict[str, str],
+    lineage: Lineage,
+    request: ChildRequest,
+) -> dict[str, Any]:
+    """The child Task of `request` for the parent `namespace/name` (`uid`, its
+    `parent_annotations`): the one builder `ordo run` and the operator share."""
     annotations = {CHAIN_ANNOTATION: json.dumps(list(lineage.child(request.agent).chain))}
-    requester = (parent.metadata.annotations or {}).get(REQUESTER_ANNOTATION)
-    if requester is not None:
+    requester = parent_annotations.get(REQUESTER_ANNOTATION)
+    if isinstance(requester, str) and requester:
         annotations[REQUESTER_ANNOTATION] = requester
     if request.traceparent:
         annotations[TRACEPARENT_ANNOTATION] = request.traceparent
@@ -69,19 +85,15 @@ def child_task_body(parent: Task, lineage: Lineage, request: ChildRequest) -> di
         "apiVersion": API_VERSION,
         "kind": "Task",
         "metadata": {
-            "name": name,
-            "namespace": parent.namespace,
-            "labels": {
-                PARENT_LABEL: parent.name,
-                PARENT_UID_LABEL: uid,
-                ROOT_LABEL: lineage.root,
-            },
+            "name": child_name(name, uid, request.key),
+            "namespace": namespace,
+            "labels": {PARENT_LABEL: name, PARENT_UID_LABEL: uid, ROOT_LABEL: lineage.root},
             "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
                     "kind": "Task",
-                    "name": parent.name,
+                    "name": name,
                     "uid": uid,
                     "controller": True,
                     "blockOwnerDeletion": True,

@@ -20,19 +20,12 @@ Event `ChildCreated` on the parent names the child; neither carries input or out
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from typing import Any
 
-from ...api import API_VERSION
-from ...api.task import REQUESTER_ANNOTATION
 from ...api.usage import Usage
+from ...runtime.childtask import child_body_of
 from ...runtime.delegation import (
-    CHAIN_ANNOTATION,
-    PARENT_LABEL,
-    PARENT_UID_LABEL,
-    ROOT_LABEL,
     ChildNotOwned,
     ChildRequest,
     ChildState,
@@ -68,46 +61,14 @@ def asked_for(body: dict[str, Any], request: ChildRequest) -> bool:
 def child_body(parent: dict[str, Any], lineage: Lineage, request: ChildRequest) -> dict[str, Any]:
     """The child Task the parent `parent` (at `lineage`) creates for `request`."""
     meta = parent["metadata"]
-    name = child_name(meta["name"], meta["uid"], request.key)
-    annotations = {CHAIN_ANNOTATION: json.dumps(list(lineage.child(request.agent).chain))}
-    requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
-    if isinstance(requester, str) and requester:
-        annotations[REQUESTER_ANNOTATION] = requester
-    limits: dict[str, Any] = {}
-    if request.timeout is not None:
-        limits["timeout"] = f"{max(1, math.ceil(request.timeout))}s"
-    if request.token_budget is not None:
-        limits["maxTokens"] = request.token_budget
-    spec: dict[str, Any] = {"agentRef": request.agent, "input": request.input}
-    if limits:
-        spec["limits"] = limits
-    if request.output_schema is not None:
-        spec["outputSchema"] = request.output_schema
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": meta["namespace"],
-            "labels": {
-                PARENT_LABEL: meta["name"],
-                PARENT_UID_LABEL: meta["uid"],
-                ROOT_LABEL: lineage.root,
-            },
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
-    }
+    return child_body_of(
+        meta["name"],
+        meta["namespace"],
+        meta["uid"],
+        meta.get("annotations") or {},
+        lineage,
+        request,
+    )
 
 
 def awaiting_approval(body: dict[str, Any]) -> bool:
