@@ -1,0 +1,94 @@
+"""What the two trigger kinds share (docs/triggers.md): the Task template, the labels and
+annotations on the Tasks they create, the names those Tasks get and the outcomes counted in
+`ordo_trigger_tasks_total{kind,outcome}`.
+
+A `TaskSchedule` (api/taskschedule.py) creates a Task per scheduled time; a `TaskWebhook`
+(api/taskwebhook.py) one per signed delivery. Either way exactly once: the Task's name is
+derived from what identifies the occasion (the scheduled time; the delivery), so the API
+server's name uniqueness refuses a second one, across restarts and replicas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import OrdoModel
+from .task import TaskSpec
+
+TriggerKind = Literal["TaskSchedule", "TaskWebhook"]
+
+TRIGGER_KIND_LABEL = "ordo.dev/trigger-kind"
+"""On every Task a trigger creates: `TaskSchedule` or `TaskWebhook`."""
+TRIGGER_NAME_LABEL = "ordo.dev/trigger"
+"""On every Task a trigger creates: the trigger object's name (same namespace)."""
+SCHEDULED_AT_ANNOTATION = "ordo.dev/scheduled-at"
+"""On a scheduled Task: the scheduled time it runs for (RFC 3339, UTC), as a CronJob's
+`batch.kubernetes.io/cronjob-scheduled-timestamp`."""
+DELIVERY_ANNOTATION = "ordo.dev/delivery"
+"""On a webhook's Task: the sha256 digest of the delivery's identity (the dedupe header's
+value, else the signature), never the header itself (it is untrusted input)."""
+
+TriggerOutcome = Literal[
+    "created",  # a Task was created
+    "duplicate",  # the occasion's Task already existed (a redelivery; a restart or a replica)
+    "skipped",  # concurrencyPolicy Forbid while a Task runs; or suspended
+    "replaced",  # concurrencyPolicy Replace cancelled a running Task for a new one
+    "missed",  # a scheduled time older than startingDeadlineSeconds; never run
+    "refused",  # a delivery without a valid signature (401), or outside the tolerance
+    "too_large",  # a delivery over the size or depth cap (413)
+    "rate_limited",  # a delivery over the webhook's rate (429)
+    "invalid",  # the payload does not map into the template (400), or the template is invalid
+    "failed",  # the API server refused the Task (e.g. admission, quota); reported in an Event
+]
+"""The `outcome` label of `ordo_trigger_tasks_total` (a fixed set: bounded cardinality)."""
+
+_NAME_PREFIX_CHARS = 40
+_INVALID = re.compile(r"[^a-z0-9-]")
+
+
+def _prefix(name: str) -> str:
+    return _INVALID.sub("-", name.lower())[:_NAME_PREFIX_CHARS].strip("-") or "trigger"
+
+
+def scheduled_task_name(schedule_name: str, scheduled_time: datetime) -> str:
+    """The Task of one scheduled time: the schedule's name (shortened) and the time in minutes
+    since the epoch, as a CronJob names its Jobs. At most 52 characters: a valid object name
+    and label value (child Tasks carry it in `ordo.dev/parent`)."""
+    minutes = int(scheduled_time.astimezone(UTC).timestamp()) // 60
+    return f"{_prefix(schedule_name)}-{minutes}"
+
+
+def delivery_digest(webhook_uid: str, delivery_key: str) -> str:
+    """The sha256 of a delivery's identity within one webhook object (its uid: a webhook
+    deleted and created again starts afresh)."""
+    return hashlib.sha256(f"{webhook_uid}\x00{delivery_key}".encode()).hexdigest()
+
+
+def delivery_task_name(webhook_name: str, webhook_uid: str, delivery_key: str) -> str:
+    """The Task of one delivery: the webhook's name (shortened) and a digest of its uid and
+    the delivery's key (the dedupe header's value, else the signature). A redelivery gets the
+    same name, so the API server refuses a second Task. At most 51 characters."""
+    return f"{_prefix(webhook_name)}-{delivery_digest(webhook_uid, delivery_key)[:10]}"
+
+
+class TaskTemplateMetadata(OrdoModel):
+    """Labels and annotations copied onto every Task the trigger creates (the operator adds
+    its own: TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL, and the trigger's own `ordo.dev/`
+    labels win over the template's)."""
+
+    labels: Annotated[dict[str, str], Field(max_length=64)] | None = None
+    annotations: Annotated[dict[str, str], Field(max_length=64)] | None = None
+
+
+class TaskTemplate(OrdoModel):
+    """The Task a trigger creates, as a CronJob's `jobTemplate`: metadata and a Task spec."""
+
+    metadata: TaskTemplateMetadata | None = None
+    """Labels and annotations of the created Tasks."""
+    spec: TaskSpec
+    """The created Task's spec (a webhook sets `input` from the delivery's payload)."""
