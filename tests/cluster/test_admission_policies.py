@@ -138,10 +138,13 @@ def users(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> dict[s
     users = {role: as_user(role) for role in roles}
     # The policy takes effect once the API server has loaded it (and, on a control plane that
     # just started, once its admission informers synced: 35 s once in CI): wait until it refuses.
-    probe = AGENT.format(name="probe", labels=BOUND)
+    # A new name per attempt: a probe the policy let through (not loaded yet) exists, and
+    # applying it again is an update that keeps the label, which the policy rightly allows.
+    attempts = iter(range(1000))
     last: list[str] = []
 
     def refuses() -> bool:
+        probe = AGENT.format(name=f"probe-{next(attempts)}", labels=BOUND)
         result = users["editor"]("apply", "-f", "-", input=probe, check=False)
         last[:] = [result.stderr.strip()[-300:]]
         return REFUSED in result.stderr

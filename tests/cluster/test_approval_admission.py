@@ -108,14 +108,19 @@ def users(
 
         out[who] = (f"system:serviceaccount:{namespace}:{who}", run)
     _, alice = out["alice"]
-    wait_for(
-        lambda: (
-            NOT_YOU
-            in alice("create", "-f", "-", input=approval("probe", "mallory"), check=False).stderr
-        ),
-        120,  # a control plane that just started syncs its admission informers first
-        what="the admission policies to take effect",
-    )
+    # Both policies are loaded independently: wait until each refuses. A new name per attempt:
+    # a probe created before its policy was loaded exists, and creating it again would only
+    # answer AlreadyExists.
+    attempts = iter(range(1000))
+
+    def both_refuse() -> bool:
+        n = next(attempts)
+        first = alice("create", "-f", "-", input=approval(f"probe-{n}", "mallory"), check=False)
+        second = alice("create", "-f", "-", input=task(f"probe-{n}", "mallory"), check=False)
+        return NOT_YOU in first.stderr and "must be your user name" in second.stderr
+
+    # A control plane that just started syncs its admission informers first.
+    wait_for(both_refuse, 120, what="the admission policies to take effect")
     return out
 
 
