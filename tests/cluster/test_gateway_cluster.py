@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,12 +32,12 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
-from tests.support.operator import OperatorProcess, apply, doc, free_port, tasks, wait_for
+from tests.support.gatewayproc import AUDIENCE, GatewayProcess
+from tests.support.operator import OperatorProcess, apply, doc, tasks, wait_for
 from tests.support.packaging import helm_template, to_yaml
 
 from ordo_devcluster import ControlPlane
 
-AUDIENCE = "ordo-gateway"
 ANSWER = "The gateway answer"
 
 
@@ -64,64 +59,6 @@ def role(name: str, verbs: list[str], account: str) -> str:
             "items": [{**rbac, "metadata": {"name": name}, "rules": [rule]}, bound],
         }
     )
-
-
-class GatewayProcess:
-    """`ordo gateway -n NS` in a subprocess, as the admin of the control plane."""
-
-    def __init__(
-        self, cp: ControlPlane, namespace: str, log_dir: Path, kubeconfig: Path | None = None
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.metrics_port = free_port()
-        self.log_path = log_dir / "gateway.log"
-        cmd = [
-            sys.executable,
-            "-m",
-            "ordo.cli.main",
-            "gateway",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--namespace",
-            namespace,
-            "--audience",
-            AUDIENCE,
-            "--metrics-port",
-            str(self.metrics_port),
-        ]
-        env = cp.env(os.environ)
-        if kubeconfig is not None:
-            env["KUBECONFIG"] = str(kubeconfig)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"gateway not ready:\n{self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture
@@ -237,14 +174,6 @@ def test_card_stream_answer_and_retried_send(
     assert annotations["ordo.dev/requested-by"] == f"system:serviceaccount:{ns}:caller"
 
 
-def metric(gw: GatewayProcess, line_start: str) -> float:
-    """The value of the sample line of the gateway's /metrics that starts with `line_start`."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{gw.metrics_port}/metrics", timeout=5) as r:
-        lines = r.read().decode().splitlines()
-    found = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(line_start)]
-    return found[0] if found else 0.0
-
-
 def test_list_subscribe_compat_names_and_metrics(
     control_plane: ControlPlane, namespace: str, operator: OperatorProcess, gateway: GatewayProcess
 ) -> None:
@@ -335,17 +264,15 @@ def test_list_subscribe_compat_names_and_metrics(
     assert [p.text for a in got.artifacts for p in a.parts] == [ANSWER]
     assert len(tasks(cp, ns)) == 4  # slow-1, helper-1, direct, legacy-1
 
+    assert gateway.metric(f'ordo_gateway_tasks_created_total{{agent="slow",namespace="{ns}"}}') == 1
     assert (
-        metric(gateway, f'ordo_gateway_tasks_created_total{{agent="slow",namespace="{ns}"}}') == 1
+        gateway.metric(f'ordo_gateway_tasks_created_total{{agent="helper",namespace="{ns}"}}') == 2
     )
-    assert (
-        metric(gateway, f'ordo_gateway_tasks_created_total{{agent="helper",namespace="{ns}"}}') == 2
-    )
-    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="SubscribeToTask"}') == 1
-    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="message/send"}') == 1
-    assert metric(gateway, 'ordo_gateway_requests_total{code="200",method="tasks/get"}') == 1
-    assert metric(gateway, 'ordo_gateway_requests_total{code="403",method="ListTasks"}') == 1
-    assert metric(gateway, 'ordo_gateway_rejections_total{kind="forbidden"}') == 1
+    assert gateway.metric('ordo_gateway_requests_total{code="200",method="SubscribeToTask"}') == 1
+    assert gateway.metric('ordo_gateway_requests_total{code="200",method="message/send"}') == 1
+    assert gateway.metric('ordo_gateway_requests_total{code="200",method="tasks/get"}') == 1
+    assert gateway.metric('ordo_gateway_requests_total{code="403",method="ListTasks"}') == 1
+    assert gateway.metric('ordo_gateway_rejections_total{kind="forbidden"}') == 1
 
 
 def test_refusals(control_plane: ControlPlane, namespace: str, gateway: GatewayProcess) -> None:

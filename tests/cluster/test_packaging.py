@@ -127,6 +127,7 @@ ORDO_KINDS = (
     "tasks",
     "toolapprovals",
     "teams",
+    "taskwebhooks",
 )
 
 

@@ -58,6 +58,9 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     # Teams (a Team Task's members, their Ready condition); the Job runner never reads them.
     | {(GROUP, "teams", v) for v in ("get", "list", "watch")}
     | {(GROUP, "teams/status", "patch")}
+    # TaskWebhooks: their Ready condition (the Secret key opted in, the template's Agent exists).
+    | {(GROUP, "taskwebhooks", v) for v in ("get", "list", "watch")}
+    | {(GROUP, "taskwebhooks/status", "patch")}
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
     | {("", "secrets", "get")}
     # The per-Task checkpoint ConfigMap ordo-checkpoint-<uid> (every save after the first is a

@@ -67,7 +67,7 @@ def _example_documents() -> list[manifests.Document]:
 def test_crds_are_current() -> None:
     rendered = crdgen.render_all()
     on_disk = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert len(rendered) == 11
+    assert len(rendered) == 12
     assert sorted(on_disk) == sorted(rendered), "run `ordo crds`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"crds/{name} is stale: run `ordo crds`"
@@ -195,7 +195,8 @@ def test_example_validates(folder: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert [str(p) for p in mset.problems] == []
     assert mset.objects
     kinds = {obj.kind for _, obj in mset.objects}
-    assert "Task" in kinds, "every example runs something"
+    # every example runs something (a webhook's Tasks come from its deliveries)
+    assert kinds & {"Task", "TaskWebhook"}, "every example runs something"
     assert cli.main(["validate", "-f", str(folder)]) == 0
     assert "0 error(s), 0 warning(s)" in capsys.readouterr().err
 
@@ -209,8 +210,8 @@ def test_research_agent_uses_every_configuration_kind() -> None:
     mset = manifests.load([str(EXAMPLES / "research-agent")])
     kinds = {obj.kind for _, obj in mset.objects}
     # A ToolApproval decides a call of a running Task: nothing an example can name ahead.
-    # Teams have their own example (examples/team).
-    assert kinds == set(KINDS) - {"ToolApproval", "Team"}
+    # Teams and TaskWebhooks have their own examples (examples/team, examples/webhook).
+    assert kinds == set(KINDS) - {"ToolApproval", "Team", "TaskWebhook"}
     (agent,) = [o for _, o in mset.objects if isinstance(o, Agent)]
     assert agent.spec.memory is not None and agent.spec.memory.ref and agent.spec.memory.allow
 
@@ -235,7 +236,7 @@ def test_example_names_never_collide() -> None:
 
 def test_secret_templates_hold_placeholders_only() -> None:
     secrets = [d for d in _example_documents() if manifests.is_secret(d.body)]
-    assert {Path(d.source).parent.name for d in secrets} == {"openai", "anthropic"}
+    assert {Path(d.source).parent.name for d in secrets} == {"openai", "anthropic", "webhook"}
     for doc in secrets:
         assert Path(doc.source).name == "secret.example.yaml"
         assert "data" not in doc.body, "templates use stringData"
@@ -243,7 +244,8 @@ def test_secret_templates_hold_placeholders_only() -> None:
             assert "REPLACE" in value
         meta = doc.body["metadata"]  # opted in, for the provider's host only
         assert meta["labels"] == {"ordo.dev/credential": "true"}
-        host = "api.openai.com:443" if "openai" in doc.source else "api.anthropic.com:443"
+        hosts = {"openai": "api.openai.com:443", "anthropic": "api.anthropic.com:443"}
+        host = hosts.get(Path(doc.source).parent.name, "")  # a webhook's: sent nowhere
         assert meta["annotations"] == {"ordo.dev/allowed-hosts": host}
 
 
@@ -604,6 +606,16 @@ def _team(
     return {**TEAM, "spec": {"strategy": strategy, "members": members or [MEMBER], **spec}}
 
 
+def _webhook(profile: str, **spec: Any) -> dict[str, Any]:
+    auth = {"profile": profile, "secretRef": {"name": "s", "key": "k"}}
+    return {
+        "apiVersion": "ordo.dev/v1alpha1",
+        "kind": "TaskWebhook",
+        "metadata": {"name": "w"},
+        "spec": {"auth": auth, "taskTemplate": {"spec": {"agentRef": "a"}}, **spec},
+    }
+
+
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "self.type != 'pattern' || has(self.pattern)": (
         [_grl("pattern", pattern=GRL_PATTERN), _grl("http", http=GRL_HTTP)],
@@ -851,6 +863,10 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "self.members.all(m, self.members.exists_one(n, n.name == m.name))": (
         [_team("Sequential", members=[MEMBER, {"name": "b", "agentRef": "a"}])],
         [_team("Sequential", members=[MEMBER, {**MEMBER, "agentRef": "other"}])],
+    ),
+    "self.auth.profile == 'HMAC' || !has(self.tolerance)": (
+        [_webhook("HMAC", tolerance="1m"), _webhook("GitHub")],
+        [_webhook("GitHub", tolerance="1m")],
     ),
 }
 

@@ -68,6 +68,11 @@ def test_gateway_objects(tmp_path: Path) -> None:
     assert expand_rules(tasks["rules"]) == {
         *(("ordo.dev", "agents", v) for v in ("get", "list", "watch")),
         *(("ordo.dev", "tasks", v) for v in ("create", "get", "list", "watch", "patch")),
+        # TaskWebhook deliveries: by name only (no list, no watch of Secrets).
+        ("ordo.dev", "taskwebhooks", "get"),
+        ("ordo.dev", "taskwebhooks/status", "patch"),
+        ("", "secrets", "get"),
+        ("", "events", "create"),
     }
     binding = named(docs, "ClusterRoleBinding", GATEWAY)
     assert binding["subjects"] == [
@@ -76,6 +81,9 @@ def test_gateway_objects(tmp_path: Path) -> None:
     policy = named(docs, "ValidatingAdmissionPolicy", "ordo-task-requester")
     gateway = [v for v in policy["spec"]["variables"] if v["name"] == "gateway"]
     assert "system:serviceaccount:ordo-system:ordo-gateway" in gateway[0]["expression"]
+    # A TaskWebhook's requested-by is its creator's, as a Task's (the gateway copies it).
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["tasks", "taskwebhooks"]
 
 
 def test_gateway_serves_the_watched_namespaces_only(tmp_path: Path) -> None:

@@ -11,15 +11,14 @@ import urllib.request
 from typing import Any
 
 import httpx
-import kopf
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.fakeapi import mock_kube, tasks_answer
 from tests.support.operator import free_port
 
 from ordo.gateway.app import Gateway, GatewayConfig
 from ordo.gateway.metrics import GatewayMetrics
 from ordo.gateway.tokencache import TokenCache, token_expiry
-from ordo.operator.kube.client import KubeClient
 
 GOOD = "good-token"
 AGENT = {
@@ -50,25 +49,11 @@ class Api:
             return httpx.Response(201, json={"status": {"allowed": True}})
         if path.endswith("/agents/helper"):
             return httpx.Response(200, json=AGENT)
-        name = path.rsplit("/", 1)[-1]
-        if request.method == "POST":
-            body = json.loads(request.content)
-            if body["metadata"]["name"] in self.tasks:
-                return httpx.Response(409, json={"kind": "Status", "code": 409})
-            body["metadata"]["resourceVersion"] = "1"
-            self.tasks[body["metadata"]["name"]] = body
-            return httpx.Response(201, json=body)
-        if name in self.tasks:
-            return httpx.Response(200, json=self.tasks[name])
-        return httpx.Response(404, json={"kind": "Status", "code": 404})
+        return tasks_answer(self.tasks, request)
 
 
 def gateway(api: Api, **config: Any) -> Gateway:
-    kube = KubeClient(
-        kopf.ConnectionInfo(server="https://kube.invalid"),
-        wrap_transport=lambda _real: httpx.MockTransport(api),
-        backoff=0.001,
-    )
+    kube = mock_kube(api)
     settings = GatewayConfig(namespaces=("ns",), audiences=("gw",), **config)
     return Gateway(kube, settings, GatewayMetrics(CollectorRegistry()))
 

@@ -391,7 +391,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 19
+    assert checked == 20
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -151,7 +151,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 */}}
 {{- define "ordo.rules" -}}
 - apiGroups: [ordo.dev]
-  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals, teams]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals, teams, taskwebhooks]
   verbs: [get, list, watch]
 - apiGroups: [ordo.dev]
   resources: [tasks]
@@ -160,7 +160,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   resources: [tasks/finalizers]
   verbs: [update]
 - apiGroups: [ordo.dev]
-  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status, toolapprovals/status, teams/status]
+  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status, toolapprovals/status, teams/status, taskwebhooks/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [secrets]

@@ -15,6 +15,7 @@ from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
+from .taskwebhook import TaskWebhook, TaskWebhookSpec
 from .team import Team, TeamSpec
 from .tool import Tool, ToolSpec, model_tool_name, reserved_tool_name
 from .toolapproval import TOOL_APPROVAL_IMMUTABLE, ToolApproval, ToolApprovalSpec
@@ -173,6 +174,19 @@ KINDS: dict[str, KindInfo] = {
             ),
         ),
         KindInfo(
+            TaskWebhook,
+            "taskwebhooks",
+            ("twh",),
+            (
+                _col("Profile", ".spec.auth.profile"),
+                _col("Agent", ".spec.taskTemplate.spec.agentRef"),
+                _col("Suspend", ".spec.suspend", "boolean"),
+                _col("Ready", READY),
+                _col("Last-Delivery", ".status.lastDeliveryTime", "date"),
+                AGE,
+            ),
+        ),
+        KindInfo(
             ToolApproval,
             "toolapprovals",
             ("tappr",),
@@ -216,6 +230,8 @@ __all__ = [
     "Task",
     "TaskSpec",
     "TaskStatus",
+    "TaskWebhook",
+    "TaskWebhookSpec",
     "Team",
     "TeamSpec",
     "Tool",

@@ -41,6 +41,7 @@ _KIND_SUMMARY = {
     "Memory": "A key/value and search store the agent reaches through built-in tools.",
     "Task": "One agent run: its input, and its status contract.",
     "Team": "Agents that run one Task together, in sequence or in parallel with an aggregator.",
+    "TaskWebhook": "A Task per signed HTTP delivery, served by `ordo gateway` at /hooks.",
 }
 
 

@@ -6,7 +6,11 @@ per caller (429) and an authorization of the method (403). Each answer is counte
 
 An Agent that does not opt in (`spec.a2a.enabled`) answers 404, as a missing one does, and
 so does a namespace outside `--namespace`. Refusals carry no detail; tokens and content are
-never logged."""
+never logged.
+
+`POST /hooks/{namespace}/{name}` takes TaskWebhook deliveries (hooks.py): signed with a
+shared Secret, not authenticated as Kubernetes users; the client-address rate limit applies
+to them too."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from starlette.routing import Route
 from ..operator.kube.client import ApiError, KubeClient
 from .card import agent_card, served
 from .handler import AgentTasks
+from .hooks import Hooks
 from .limits import CallerLimits
 from .metrics import GatewayMetrics
 from .reviews import Reviewer
@@ -92,6 +97,7 @@ class Gateway:
         self._limits = CallerLimits(config.rate, config.burst)
         self._clients = CallerLimits(config.client_rate, config.client_burst)
         self.metrics = metrics or GatewayMetrics()
+        self.hooks = Hooks(kube, config.namespaces, self.metrics, self._clients)
 
     def app(self) -> Starlette:
         prefix = "/a2a/{namespace}/{agent}"
@@ -100,6 +106,7 @@ class Gateway:
                 Route("/healthz", self._health, methods=["GET"]),
                 Route(prefix + "/.well-known/agent-card.json", self._card_counted, methods=["GET"]),
                 Route(prefix, self._rpc_counted, methods=["POST"]),
+                Route("/hooks/{namespace}/{name}", self.hooks.handle, methods=["POST"]),
             ]
         )
 

@@ -1,9 +1,11 @@
 """The gateway's Prometheus metrics, served on `--metrics-port` (`/metrics`). Every label
 value is bounded: a known JSON-RPC method name, `other`, `unknown` (refused before the body
-was read) or `agentCard`; an HTTP status code; a fixed rejection kind; and the served Agent's
+was read), `agentCard` or `webhook` (a TaskWebhook delivery); a trigger outcome; an HTTP status code; a fixed rejection kind; and the served Agent's
 namespace and name (objects, not callers). Never a caller's name, a token or content."""
 
 from __future__ import annotations
+
+from typing import get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,6 +14,10 @@ from prometheus_client import (
     start_http_server,
 )
 
+from ..api.triggers import TriggerOutcome
+
+WEBHOOK_OUTCOMES = tuple(o for o in get_args(TriggerOutcome) if o not in ("missed", "replaced"))
+"""The outcomes a delivery can have (missed and replaced are a schedule's)."""
 REJECTIONS = ("unauthenticated", "forbidden", "rateLimited", "clientRateLimited")
 """Rejection kinds: 401, 403, 429 for a caller, 429 for a client address (before the
 TokenReview)."""
@@ -41,8 +47,17 @@ class GatewayMetrics:
             ["namespace", "agent"],
             registry=self.registry,
         )
+        self.trigger_tasks = Counter(
+            "ordo_trigger_tasks_total",
+            "TaskWebhook deliveries by outcome (created, duplicate, refused, ...; "
+            "docs/triggers.md).",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
         for kind in REJECTIONS:
             self.rejections.labels(kind=kind)
+        for outcome in WEBHOOK_OUTCOMES:
+            self.trigger_tasks.labels(kind="TaskWebhook", outcome=outcome)
 
     def serve(self, host: str, port: int) -> None:
         """Serve `/metrics` on `port` (prometheus-client's server, in a daemon thread).

@@ -317,6 +317,7 @@ READINESS_KINDS = {
     "agentpolicies": "AgentPolicy",
     "guardrails": "Guardrail",
     "teams": "Team",
+    "taskwebhooks": "TaskWebhook",
 }
 
 

@@ -41,6 +41,7 @@ from .verdicts import (
     tcp_probe,
     tool_verdict,
 )
+from .webhooks import webhook_verdict
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -99,6 +100,13 @@ DEPENDENTS["ModelEndpoint"] = (*DEPENDENTS["ModelEndpoint"], "Guardrail")
 EVALUATORS["Team"] = team_verdict
 DEPENDENTS["Team"] = ()
 DEPENDENTS["Agent"] = (*DEPENDENTS["Agent"], "Team")
+
+# TaskWebhook (issue 29): Ready when its Secret key is usable and its template's Agent or Team
+# exists (webhooks.py).
+EVALUATORS["TaskWebhook"] = webhook_verdict
+DEPENDENTS["TaskWebhook"] = ()
+DEPENDENTS["Agent"] = (*DEPENDENTS["Agent"], "TaskWebhook")
+DEPENDENTS["Team"] = (*DEPENDENTS["Team"], "TaskWebhook")
 
 
 def _fingerprint(body: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,0 +1,239 @@
+"""`POST /hooks/{namespace}/{name}` (gateway/hooks.py) against a fake API server (httpx
+transport): one Task per signed delivery, owned and labelled; a redelivery finds it (200); a
+bad signature, an oversized or too deep body, a missing pointer, a webhook over its rate, a
+Secret not opted in, a suspended webhook create nothing; a Task of the delivery's name that
+the webhook does not own is not adopted (409, Event). The Secret and the body never reach
+logs, Events or metrics (canary)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import time
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from tests.support.fakeapi import mock_kube, tasks_answer
+
+from ordo.api.triggers import TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL
+from ordo.gateway.app import Gateway, GatewayConfig
+from ordo.gateway.metrics import GatewayMetrics
+from ordo.gateway.signatures import sign_github, sign_hmac
+
+SECRET = "canary-secret-7f3a"
+CANARY = "canary-body-91c2"
+UID = "0f1e2d3c-0000-4000-8000-000000000001"
+
+
+def webhook(profile: str = "GitHub", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ordo.dev/v1alpha1",
+        "kind": "TaskWebhook",
+        "metadata": {
+            "name": "issues",
+            "namespace": "ns",
+            "uid": UID,
+            "annotations": {"ordo.dev/requested-by": "alice"},
+        },
+        "spec": {
+            "auth": {"profile": profile, "secretRef": {"name": "hook", "key": "secret"}},
+            "taskTemplate": {
+                "metadata": {
+                    "labels": {"team": "triage", "ordo.dev/parent-uid": "forged"},
+                    "annotations": {"ordo.dev/requested-by": "mallory", "note": "n"},
+                },
+                "spec": {"agentRef": "triager"},
+            },
+            **spec,
+        },
+    }
+
+
+def secret(opted_in: bool = True) -> dict[str, Any]:
+    labels = {"ordo.dev/credential": "true"} if opted_in else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hook", "namespace": "ns", "labels": labels},
+        "data": {"secret": base64.b64encode(SECRET.encode()).decode()},
+    }
+
+
+class Api:
+    """The TaskWebhook, its Secret, Tasks (created once, then 409), Events, status patches."""
+
+    def __init__(self, hook: dict[str, Any], opted_in: bool = True) -> None:
+        self.hook = hook
+        self.secret = secret(opted_in)
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.status: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/taskwebhooks/issues/status"):
+            self.status.append(json.loads(request.content))
+            return httpx.Response(200, json=self.hook)
+        if path.endswith("/taskwebhooks/issues"):
+            return httpx.Response(200, json=self.hook)
+        if path.endswith("/secrets/hook"):
+            return httpx.Response(200, json=self.secret)
+        if path.endswith("/events"):
+            self.events.append(json.loads(request.content))
+            return httpx.Response(201, json={})
+        return tasks_answer(self.tasks, request)
+
+
+def gateway(api: Api, **config: Any) -> Gateway:
+    kube = mock_kube(api)
+    return Gateway(
+        kube, GatewayConfig(namespaces=("ns",), **config), GatewayMetrics(CollectorRegistry())
+    )
+
+
+async def deliver(
+    gw: Gateway, body: bytes, headers: dict[str, str], path: str = "/hooks/ns/issues"
+) -> httpx.Response:
+    transport = httpx.ASGITransport(app=gw.app(), client=("10.0.0.1", 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        return await http.post(path, content=body, headers=headers)
+
+
+def github(body: bytes, delivery: str = "d-1", key: str = SECRET) -> dict[str, str]:
+    return {"X-Hub-Signature-256": sign_github(key, body), "X-GitHub-Delivery": delivery}
+
+
+def outcome(gw: Gateway, name: str) -> float:
+    labels = {"kind": "TaskWebhook", "outcome": name}
+    return gw.metrics.registry.get_sample_value("ordo_trigger_tasks_total", labels) or 0.0
+
+
+BODY = json.dumps({"action": "opened", "issue": {"title": CANARY}}).encode()
+
+
+async def test_a_signed_delivery_creates_one_owned_labelled_task_and_a_redelivery_finds_it() -> (
+    None
+):
+    api = Api(webhook(payload={"fields": {"title": "/issue/title"}}))
+    gw = gateway(api)
+    first = await deliver(gw, BODY, github(BODY))
+    assert first.status_code == 202
+    (name,) = api.tasks
+    assert first.json() == {"task": name}
+    task = api.tasks[name]
+    meta = task["metadata"]
+    assert meta["labels"] == {
+        "team": "triage",
+        TRIGGER_KIND_LABEL: "TaskWebhook",
+        TRIGGER_NAME_LABEL: "issues",
+    }
+    assert (
+        meta["annotations"]["ordo.dev/requested-by"] == "alice"
+    )  # the webhook's, not the template's
+    assert meta["annotations"]["note"] == "n"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "ordo.dev/v1alpha1",
+            "kind": "TaskWebhook",
+            "name": "issues",
+            "uid": UID,
+            "controller": True,
+        }
+    ]
+    assert task["spec"] == {"agentRef": "triager", "input": {"title": CANARY}}
+    # GitHub's redelivery: same delivery id, the same Task.
+    again = await deliver(gw, BODY, github(BODY))
+    assert (again.status_code, again.json()) == (200, {"task": name})
+    assert len(api.tasks) == 1
+    # Another delivery id: another Task.
+    assert (await deliver(gw, BODY, github(BODY, "d-2"))).status_code == 202
+    assert len(api.tasks) == 2
+    assert (outcome(gw, "created"), outcome(gw, "duplicate")) == (2, 1)
+    assert [e["reason"] for e in api.events] == ["Delivered", "Delivered"]
+    assert api.status[-1]["status"]["lastTask"] in api.tasks
+
+
+async def test_refusals_create_nothing() -> None:
+    api = Api(webhook(maxBodyBytes=1024, maxDepth=3, payload={"fields": {"t": "/missing"}}))
+    gw = gateway(api)
+    assert (await deliver(gw, BODY, github(BODY, key="wrong"))).status_code == 401
+    assert (await deliver(gw, BODY, {"X-GitHub-Delivery": "d"})).status_code == 401
+    big = json.dumps({"x": "y" * 2000}).encode()
+    assert (await deliver(gw, big, github(big))).status_code == 413
+    deep = b'{"a":[[[1]]]}'
+    assert (await deliver(gw, deep, github(deep))).status_code == 413
+    assert (await deliver(gw, BODY, github(BODY))).status_code == 400  # /missing
+    long_id = github(BODY, "x" * 201)
+    assert (await deliver(gw, BODY, long_id)).status_code == 400
+    assert (await deliver(gw, BODY, github(BODY), "/hooks/other/issues")).status_code == 404
+    assert api.tasks == {}
+    assert outcome(gw, "refused") == 2 and outcome(gw, "too_large") == 2
+    assert outcome(gw, "invalid") == 2
+    assert [e["reason"] for e in api.events] == ["DeliveryRefused"] * 6
+    assert api.events[0]["message"] == "refused (401)"
+
+
+async def test_a_secret_not_opted_in_reads_as_missing() -> None:
+    api = Api(webhook(), opted_in=False)
+    gw = gateway(api)
+    assert (await deliver(gw, BODY, github(BODY))).status_code == 503
+    assert api.tasks == {}
+
+
+async def test_suspended_and_rate_limited_webhooks() -> None:
+    api = Api(webhook(suspend=True))
+    gw = gateway(api)
+    assert (await deliver(gw, BODY, github(BODY))).status_code == 503
+    assert outcome(gw, "skipped") == 1
+    api.hook = webhook(rateLimit={"requestsPerSecond": 0.001, "burst": 2})
+    codes = [(await deliver(gw, BODY, github(BODY, f"d-{i}"))).status_code for i in range(3)]
+    assert codes == [202, 202, 429]
+    assert outcome(gw, "rate_limited") == 1
+
+
+async def test_a_task_of_that_name_not_owned_is_not_adopted() -> None:
+    api = Api(webhook())
+    gw = gateway(api)
+    assert (await deliver(gw, BODY, github(BODY))).status_code == 202
+    (name,) = api.tasks
+    api.tasks[name]["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    assert (await deliver(gw, BODY, github(BODY))).status_code == 409
+    assert api.events[-1]["reason"] == "DeliveryConflict"
+    assert outcome(gw, "failed") == 1
+
+
+async def test_hmac_profile_dedupes_a_replay_inside_the_tolerance_and_refuses_one_outside() -> None:
+    api = Api(webhook("HMAC", tolerance="1m"))
+    gw = gateway(api)
+    now = int(time.time())
+    fresh = {"Ordo-Signature": sign_hmac(SECRET, now, BODY)}
+    assert (await deliver(gw, BODY, fresh)).status_code == 202
+    assert (await deliver(gw, BODY, fresh)).status_code == 200  # keyed by its signature
+    stale = {"Ordo-Signature": sign_hmac(SECRET, now - 3600, BODY)}
+    assert (await deliver(gw, BODY, stale)).status_code == 401
+    assert len(api.tasks) == 1
+    (task,) = api.tasks.values()
+    assert task["spec"]["input"] == json.loads(BODY)  # no payload.fields: the whole body
+
+
+async def test_the_secret_and_the_body_are_never_logged_evented_or_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    api = Api(webhook(maxBodyBytes=200))
+    gw = gateway(api)
+    headers = github(BODY, delivery=CANARY)
+    await deliver(gw, BODY, headers)
+    await deliver(gw, BODY, github(BODY, CANARY, key="wrong"))
+    await deliver(gw, BODY + b" " * 300, headers)
+    written = json.dumps([api.events, api.status]) + caplog.text
+    written += generate_latest(gw.metrics.registry).decode()
+    tasks = copy.deepcopy(api.tasks)
+    for task in tasks.values():
+        task["spec"].pop("input")  # the payload is the input, by design
+    written += json.dumps(tasks)
+    assert SECRET not in written and CANARY not in written
