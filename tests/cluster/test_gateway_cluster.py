@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,8 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
-from tests.support.gatewayproc import AUDIENCE, GatewayProcess
+from tests.support.gatewayproc import AUDIENCE, GatewayProcess, install_chart_gateway
 from tests.support.operator import OperatorProcess, apply, doc, tasks, wait_for
-from tests.support.packaging import helm_template, to_yaml
 
 from ordo_devcluster import ControlPlane
 
@@ -359,28 +357,7 @@ def test_the_chart_rbac_suffices_and_the_requester_policy_admits_the_caller(
     admission policy installed) authenticates, authorizes and creates the caller's Task."""
     cp, ns = control_plane, namespace
     setup(cp, ns)
-    release = f"ordo-gw{uuid.uuid4().hex[:6]}"
-    values = {
-        "watchNamespaces": [ns],
-        "admissionPolicies": {"enabled": True},
-        "gateway": {"enabled": True},
-    }
-    docs = helm_template(tmp_path, release=release, namespace=ns, values=values)
-    account = f"{release}-gateway"
-    wanted = [
-        d
-        for d in docs
-        if d["metadata"]["name"].startswith(account)
-        and d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
-    ]
-    wanted += [
-        d
-        for d in docs
-        if d["kind"].startswith("ValidatingAdmissionPolicy")
-        and d["metadata"]["name"] == f"{release}-task-requester"
-    ]
-    assert len(wanted) == 7  # account, 2 roles, 2 bindings, the policy and its binding
-    cp.kubectl("apply", "--server-side", "-f", "-", input=to_yaml(wanted))
+    account = install_chart_gateway(cp, ns, tmp_path)
     kubectl_caller = cp.service_account_kubeconfig(ns, "caller")
     forged = doc("Task", "forged", {"agentRef": "helper"})
     forged_body = json.loads(forged)

@@ -5,7 +5,9 @@ runs to Succeeded under the Agent's governance; a redelivery creates none (200, 
 bad signature (401) and an oversized body (413) create none; an HMAC delivery inside the
 tolerance creates one and its replay none, one outside the tolerance none (401); a Task of a
 delivery's name that the webhook does not own is not adopted (409, Event); Events, status and
-the gateway's ordo_trigger_tasks_total."""
+the gateway's ordo_trigger_tasks_total. And with only the chart's gateway RBAC and its
+requester admission policy: a TaskWebhook names its own creator as requester (nobody else),
+and its deliveries' Tasks carry that name."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.gatewayproc import GatewayProcess
+from tests.support.gatewayproc import GatewayProcess, install_chart_gateway
 from tests.support.operator import (
     OperatorProcess,
     apply,
@@ -158,3 +160,62 @@ def test_deliveries_create_exactly_one_task_each(
     assert gateway.metric(line % "failed") == 1
     log = Path(gateway.log_path).read_text()
     assert SECRET not in log and "Crash on start" not in log
+
+
+def test_the_chart_rbac_suffices_and_the_requester_is_the_webhooks_creator(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    cp, ns = control_plane, namespace
+    setup(cp, ns)
+    account = install_chart_gateway(cp, ns, tmp_path)
+    cp.kubectl("create", "serviceaccount", "alice", "-n", ns)
+    cp.kubectl(
+        "create", "role", "hooks", "-n", ns, "--verb=create,get", "--resource=taskwebhooks.ordo.dev"
+    )
+    cp.kubectl(
+        "create", "rolebinding", "hooks", "-n", ns, "--role=hooks", f"--serviceaccount={ns}:alice"
+    )
+    alice = f"system:serviceaccount:{ns}:alice"
+    as_alice = cp.service_account_kubeconfig(ns, "alice")
+    base = get_json(cp, "taskwebhook", "issues", "-n", ns)
+    spec = base["spec"]
+    attempts = iter(range(1000))
+
+    def create(requester: str) -> Any:
+        name = f"hook-{next(attempts)}"
+        meta = {"name": name, "annotations": {"ordo.dev/requested-by": requester}}
+        body = {"apiVersion": "ordo.dev/v1alpha1", "kind": "TaskWebhook", "metadata": meta}
+        result = cp.kubectl(
+            "create",
+            "-n",
+            ns,
+            "-f",
+            "-",
+            input=json.dumps({**body, "spec": spec}),
+            kubeconfig=as_alice,
+            check=False,
+        )
+        return name, result
+
+    # The policy loads asynchronously: a fresh name per attempt until it refuses.
+    wait_for(
+        lambda: "must be your user name" in create("someone-else")[1].stderr,
+        120,
+        what="the requester policy to take effect",
+    )
+    name, result = create(alice)
+    assert result.returncode == 0, result.stderr
+
+    process = GatewayProcess(cp, ns, tmp_path, cp.service_account_kubeconfig(ns, account))
+    try:
+        body = b'{"issue": {"title": "t"}}'
+        signed = {"X-Hub-Signature-256": sign_github(SECRET, body), "X-GitHub-Delivery": "d-1"}
+        status, answer = post(f"{process.url}/hooks/{ns}/{name}", body, signed)
+    finally:
+        process.stop()
+    assert status == 202, answer
+    created = get_json(cp, "task", answer["task"], "-n", ns)
+    assert created["metadata"]["annotations"]["ordo.dev/requested-by"] == alice
+    # The gateway's own writes passed its RBAC: the status and the Event.
+    assert get_json(cp, "taskwebhook", name, "-n", ns)["status"]["lastTask"] == answer["task"]
+    assert [e["reason"] for e in events(cp, ns, name)] == ["Delivered"]

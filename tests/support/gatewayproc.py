@@ -7,9 +7,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.support.operator import free_port
+from tests.support.packaging import helm_template, to_yaml
 
 from ordo_devcluster import ControlPlane
 
@@ -80,3 +83,34 @@ class GatewayProcess:
             lines = r.read().decode().splitlines()
         found = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(line_start)]
         return found[0] if found else 0.0
+
+
+def install_chart_gateway(cp: ControlPlane, ns: str, tmp_path: Path) -> str:
+    """Apply what the chart (gateway.enabled, admission policies, watching `ns`) gives the
+    gateway: its ServiceAccount, roles and bindings, and the requester admission policy.
+    Returns the ServiceAccount's name (in `ns`)."""
+    release = f"ordo-gw{uuid.uuid4().hex[:6]}"
+    values = {
+        "watchNamespaces": [ns],
+        "admissionPolicies": {"enabled": True},
+        "gateway": {"enabled": True},
+    }
+    docs: list[dict[str, Any]] = helm_template(
+        tmp_path, release=release, namespace=ns, values=values
+    )
+    account = f"{release}-gateway"
+    wanted = [
+        d
+        for d in docs
+        if (
+            d["metadata"]["name"].startswith(account)
+            and d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
+        )
+        or (
+            d["kind"].startswith("ValidatingAdmissionPolicy")
+            and d["metadata"]["name"] == f"{release}-task-requester"
+        )
+    ]
+    assert len(wanted) == 7  # account, 2 roles, 2 bindings, the policy and its binding
+    cp.kubectl("apply", "--server-side", "-f", "-", input=to_yaml(wanted))
+    return account
