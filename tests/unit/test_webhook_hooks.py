@@ -7,92 +7,19 @@ logs, Events or metrics (canary)."""
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import logging
 import time
-from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from tests.support.fakeapi import mock_kube, tasks_answer
+from prometheus_client import generate_latest
+from tests.support.webhooks import CANARY, SECRET, UID, Api, gateway, webhook
 
 from ordo.api.triggers import TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL
-from ordo.gateway.app import Gateway, GatewayConfig
-from ordo.gateway.metrics import GatewayMetrics
+from ordo.gateway.app import Gateway
 from ordo.gateway.signatures import sign_github, sign_hmac
-
-SECRET = "canary-secret-7f3a"
-CANARY = "canary-body-91c2"
-UID = "0f1e2d3c-0000-4000-8000-000000000001"
-
-
-def webhook(profile: str = "GitHub", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "ordo.dev/v1alpha1",
-        "kind": "TaskWebhook",
-        "metadata": {
-            "name": "issues",
-            "namespace": "ns",
-            "uid": UID,
-            "annotations": {"ordo.dev/requested-by": "alice"},
-        },
-        "spec": {
-            "auth": {"profile": profile, "secretRef": {"name": "hook", "key": "secret"}},
-            "taskTemplate": {
-                "metadata": {
-                    "labels": {"team": "triage", "ordo.dev/parent-uid": "forged"},
-                    "annotations": {"ordo.dev/requested-by": "mallory", "note": "n"},
-                },
-                "spec": {"agentRef": "triager"},
-            },
-            **spec,
-        },
-    }
-
-
-def secret(opted_in: bool = True) -> dict[str, Any]:
-    labels = {"ordo.dev/credential": "true"} if opted_in else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "hook", "namespace": "ns", "labels": labels},
-        "data": {"secret": base64.b64encode(SECRET.encode()).decode()},
-    }
-
-
-class Api:
-    """The TaskWebhook, its Secret, Tasks (created once, then 409), Events, status patches."""
-
-    def __init__(self, hook: dict[str, Any], opted_in: bool = True) -> None:
-        self.hook = hook
-        self.secret = secret(opted_in)
-        self.tasks: dict[str, dict[str, Any]] = {}
-        self.events: list[dict[str, Any]] = []
-        self.status: list[dict[str, Any]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path.endswith("/taskwebhooks/issues/status"):
-            self.status.append(json.loads(request.content))
-            return httpx.Response(200, json=self.hook)
-        if path.endswith("/taskwebhooks/issues"):
-            return httpx.Response(200, json=self.hook)
-        if path.endswith("/secrets/hook"):
-            return httpx.Response(200, json=self.secret)
-        if path.endswith("/events"):
-            self.events.append(json.loads(request.content))
-            return httpx.Response(201, json={})
-        return tasks_answer(self.tasks, request)
-
-
-def gateway(api: Api, **config: Any) -> Gateway:
-    kube = mock_kube(api)
-    return Gateway(
-        kube, GatewayConfig(namespaces=("ns",), **config), GatewayMetrics(CollectorRegistry())
-    )
 
 
 async def deliver(
