@@ -1,5 +1,5 @@
 """The `ordo` subcommands that need the engine or the operator (`ordo run`, `ordo invoke`,
-`ordo approvals` / `approve` / `reject`, `ordo operator`, `ordo run-task`), registered here and
+`ordo approvals` / `approve` / `reject`, `ordo operator`, `ordo console`, `ordo run-task`), registered here and
 imported lazily so `ordo validate` and `ordo crds` stay fast."""
 
 from __future__ import annotations
@@ -119,6 +119,10 @@ def register(sub: Any) -> None:
     gateway = sub.add_parser("gateway", help="serve the Agents that opt in over A2A (docs/a2a.md)")
     gateway_main.add_arguments(gateway)
     gateway.set_defaults(func=gateway_main.run)
+
+    from ..console import main as console_main
+
+    console_main.register(sub)
 
     run_task = sub.add_parser(
         "run-task",

@@ -70,11 +70,18 @@ class KubeClient(Session):
         return result
 
     async def list(
-        self, kind: str, namespace: str, label_selector: str | None = None
+        self,
+        kind: str,
+        namespace: str,
+        label_selector: str | None = None,
+        *,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
-        params = {"labelSelector": label_selector} if label_selector else None
+        params = {"labelSelector": label_selector} if label_selector else {}
+        if field_selector:
+            params["fieldSelector"] = field_selector
         result = await self._request(
-            "list", "GET", path(kind, namespace), params=params, idempotent=True
+            "list", "GET", path(kind, namespace), params=params or None, idempotent=True
         )
         items: list[dict[str, Any]] = result.get("items", [])
         return items
@@ -274,10 +281,12 @@ class KubeClient(Session):
         *,
         timeout_seconds: int = 300,
         on_open: Callable[[], None] | None = None,
+        field_selector: str | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Watch events (`{"type": ..., "object": ...}`, bookmarks included) of an ordo `kind`
         in `namespace` (None: all) after `resource_version`, until the server ends the
-        stream (after about `timeout_seconds`). `on_open` is called once the API accepted
+        stream (after about `timeout_seconds`); `field_selector` narrows it (say, to one object by
+        `metadata.name`). `on_open` is called once the API accepted
         the watch. Not retried: a failed request raises `ApiError` (a transport failure mid
         stream too); the caller resumes or relists. An `ERROR` event is yielded as is."""
         self.requests["watch"] = self.requests.get("watch", 0) + 1
@@ -289,6 +298,8 @@ class KubeClient(Session):
             "resourceVersion": resource_version,
             "timeoutSeconds": str(timeout_seconds),
         }
+        if field_selector:
+            params["fieldSelector"] = field_selector
         timeout = httpx.Timeout(10.0, read=timeout_seconds + 30.0)
         client = self._client
         try:
@@ -314,6 +325,15 @@ class KubeClient(Session):
         """List at most one Task (in `namespace`, or across all): a cheap RBAC-aware probe."""
         url = path("Task", namespace) if namespace else f"/apis/{GROUP}/{VERSION}/tasks"
         await self._request("list", "GET", url, params={"limit": "1"}, idempotent=True)
+
+    async def namespaces(self) -> builtins.list[str]:
+        """The names of the cluster's namespaces (needs `list namespaces`)."""
+        result = await self._request("list", "GET", "/api/v1/namespaces", idempotent=True)
+        return [
+            str(item["metadata"]["name"])
+            for item in result.get("items") or []
+            if isinstance((item.get("metadata") or {}).get("name"), str)
+        ]
 
     async def version(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("get", "GET", "/version", idempotent=True)

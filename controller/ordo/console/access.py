@@ -1,0 +1,169 @@
+"""The console's Kubernetes access: every read and write with the user's kubeconfig
+credentials, so the API server's RBAC decides what the console shows and does.
+
+Which namespaces: the `--namespace` flags; else every namespace when the user may list Tasks
+across all of them; else the namespaces the user may list (those where a
+SelfSubjectAccessReview says Tasks may be listed); else the kubeconfig context's namespace.
+What the user may do (create ToolApprovals) is asked with SelfSubjectAccessReviews: the pages
+hide nothing the user may do and disable what they may not, but the API server decides
+every action."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api import GROUP
+from ..operator.kube.client import ApiError, KubeClient
+
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+MAX_NAMESPACES = 100
+"""Namespaces probed one by one when the user may list namespaces but not Tasks everywhere."""
+TASKS = "tasks"
+
+
+@dataclass
+class Scope:
+    """The namespaces the console reads: `everywhere` (one request across all) or `names`."""
+
+    names: list[str]
+    everywhere: bool = False
+    how: str = ""
+    """How they were chosen (shown on the pages)."""
+
+
+@dataclass
+class Listing:
+    """Objects read across the scope, the refusals met (a namespace the user may not read is
+    reported, not fatal), and the newest resourceVersion of the lists (where a watch of the
+    same objects starts: etcd's revisions are global to the API server)."""
+
+    items: list[dict[str, Any]]
+    problems: list[str]
+    version: str
+
+
+@dataclass
+class Access:
+    """The user's client and what the console learned about them (cached for the process)."""
+
+    kube: KubeClient
+    requested: list[str]
+    default_namespace: str
+    _scope: Scope | None = None
+    _user: str | None = None
+    _allowed: dict[tuple[str, str, str, str], bool] = field(default_factory=dict)
+
+    async def allowed(
+        self, verb: str, resource: str, namespace: str = "", group: str = GROUP
+    ) -> bool:
+        """A SelfSubjectAccessReview (cached): may the user `verb` `resource` in `namespace`
+        ("" for all namespaces, or a cluster-scoped resource)? False if the review fails."""
+        key = (verb, group, resource, namespace)
+        if key not in self._allowed:
+            attributes: dict[str, str] = {"verb": verb, "group": group, "resource": resource}
+            if namespace:
+                attributes["namespace"] = namespace
+            body = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            }
+            try:
+                answer = await self.kube.review(SSAR_PATH, body)
+            except ApiError:
+                return False
+            self._allowed[key] = bool((answer.get("status") or {}).get("allowed"))
+        return self._allowed[key]
+
+    async def may_decide(self, namespace: str) -> bool:
+        """May the user create ToolApprovals in `namespace` (approve and reject)?"""
+        return await self.allowed("create", "toolapprovals", namespace)
+
+    async def user(self) -> str:
+        """The user's name as the API server knows it ("" if it does not say)."""
+        if self._user is None:
+            try:
+                self._user = await self.kube.username()
+            except ApiError:
+                return ""
+        return self._user
+
+    async def scope(self) -> Scope:
+        if self._scope is None:
+            self._scope = await self._choose()
+        return self._scope
+
+    async def _choose(self) -> Scope:
+        if self.requested:
+            return Scope(sorted(set(self.requested)), how="the --namespace flags")
+        if await self.allowed("list", TASKS):
+            return Scope([], everywhere=True, how="all namespaces (you may list Tasks in all)")
+        if await self.allowed("list", "namespaces", group=""):
+            try:
+                names = (await self.kube.namespaces())[:MAX_NAMESPACES]
+            except ApiError:
+                names = []
+            checks = await asyncio.gather(*(self.allowed("list", TASKS, ns) for ns in names))
+            readable = [ns for ns, ok in zip(names, checks, strict=True) if ok]
+            if readable:
+                return Scope(readable, how="the namespaces where you may list Tasks")
+        return Scope([self.default_namespace], how="your kubeconfig context's namespace")
+
+    async def watched(self, namespace: str | None = None) -> list[str | None]:
+        """The namespaces to read (None: all at once), for the scope or one of its namespaces
+        ([] if `namespace` is not in the scope)."""
+        scope = await self.scope()
+        if namespace:
+            return [namespace] if scope.everywhere or namespace in scope.names else []
+        return [None] if scope.everywhere else list(scope.names)
+
+    async def in_scope(self, kind: str, namespace: str | None = None) -> Listing:
+        """Every object of an ordo `kind` in the scope (or in one of its namespaces)."""
+        names = await self.watched(namespace)
+        if not names:
+            return Listing([], [f"namespace {namespace!r} is not one the console reads"], "")
+        results = await asyncio.gather(
+            *(self.kube.list_versioned(kind, ns) for ns in names), return_exceptions=True
+        )
+        listing = Listing([], [], "")
+        for ns, result in zip(names, results, strict=True):
+            if isinstance(result, ApiError):
+                listing.problems.append(
+                    f"{kind}s in {ns or 'all namespaces'}: {refusal_text(result)}"
+                )
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                listing.items.extend(result[0])
+                listing.version = newest(listing.version, result[1])
+        return listing
+
+    async def events_of(self, namespace: str, name: str) -> tuple[list[dict[str, Any]], str]:
+        """The Events of Task `name`, oldest first, or why they could not be read."""
+        selector = f"involvedObject.kind=Task,involvedObject.name={name}"
+        try:
+            items = await self.kube.list("Event", namespace, field_selector=selector)
+        except ApiError as exc:
+            return [], f"Events: {refusal_text(exc)}"
+        return sorted(items, key=event_time), ""
+
+
+def newest(a: str, b: str) -> str:
+    """The newer of two resourceVersions ("" if neither is a number)."""
+    numbers = [int(v) for v in (a, b) if v.isdigit()]
+    return str(max(numbers)) if numbers else ""
+
+
+def event_time(event: dict[str, Any]) -> str:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        value = event.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return str((event.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def refusal_text(exc: ApiError) -> str:
+    """The API server's answer, as the page shows it (its status and its own message)."""
+    return str(exc)
