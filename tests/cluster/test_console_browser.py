@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from tests.support.counting_tool import CountingTool
 from tests.support.operator import OperatorProcess, apply, doc, wait_for, wait_task
 
@@ -78,11 +79,11 @@ pytestmark = pytest.mark.skipif(
 class ConsoleProcess:
     """`ordo console` as a subprocess with a kubeconfig; its URL, and all it printed."""
 
-    def __init__(self, cp: ControlPlane, kubeconfig: Path, namespace: str) -> None:
+    def __init__(self, cp: ControlPlane, kubeconfig: Path, *flags: str) -> None:
         env = cp.env()
         env["KUBECONFIG"] = str(kubeconfig)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ordo.cli.main", "console", "-n", namespace],
+            [sys.executable, "-m", "ordo.cli.main", "console", *flags],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -225,8 +226,17 @@ def manifests(cp: ControlPlane, ns: str, tool_url: str) -> None:
         apply(cp, ns, manifest)
 
 
-def row_text(driver: Any, name: str) -> str:
-    rows = driver.find_elements(By.CSS_SELECTOR, f'tr[data-task$="/{name}"]')
+def in_namespace(kubeconfig: Path, ns: str) -> Path:
+    """The kubeconfig with `ns` as its context's namespace."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for context in config["contexts"]:
+        context["context"]["namespace"] = ns
+    kubeconfig.write_text(yaml.safe_dump(config))
+    return kubeconfig
+
+
+def row_text(driver: Any, ns: str, name: str) -> str:
+    rows = driver.find_elements(By.CSS_SELECTOR, f'tr[data-task="{ns}/{name}"]')
     return str(rows[0].text) if rows else ""
 
 
@@ -240,8 +250,10 @@ def test_the_console_in_a_browser(
     with CountingTool() as tool:
         manifests(cp, ns, tool.url)
         try:
-            admin = ConsoleProcess(cp, Path(cp.kubeconfig), ns)
+            # The admin may list Tasks everywhere: one list across all namespaces.
+            admin = ConsoleProcess(cp, Path(cp.kubeconfig))
             consoles.append(admin)
+            assert "all namespaces (you may list Tasks in all of them), as admin" in admin.output()
             # Without the token: refused, and no session.
             driver.get(admin.base + "/")
             assert "not logged in" in seen.page(driver)
@@ -263,7 +275,9 @@ def test_the_console_in_a_browser(
             # The list updates live: the Task appears, then finishes, on the same page.
             apply(cp, ns, doc("Task", "pay", {"agentRef": "payer", "input": PROMPT_CANARY}))
             assert wait_task(cp, ns, "pay")["status"]["phase"] == "Succeeded"
-            wait_for(lambda: "Succeeded" in row_text(driver, "pay"), 30, what="live Succeeded row")
+            wait_for(
+                lambda: "Succeeded" in row_text(driver, ns, "pay"), 30, what="live Succeeded row"
+            )
             assert driver.execute_script("return window.notReloaded") is True
             seen.page(driver)
             driver.save_screenshot(str(IMAGES / "console-tasks.png"))
@@ -290,9 +304,11 @@ def test_the_console_in_a_browser(
             cp.kubectl("create", "serviceaccount", "approver", "-n", ns)
             grant(cp, ns)
             for who in ("viewer", "approver"):
-                kubeconfig = cp.service_account_kubeconfig(ns, who, create=False)
-                console = ConsoleProcess(cp, kubeconfig, ns)
+                # No --namespace and no right to list namespaces: the context's namespace.
+                kubeconfig = in_namespace(cp.service_account_kubeconfig(ns, who, create=False), ns)
+                console = ConsoleProcess(cp, kubeconfig)
                 consoles.append(console)
+                assert f"{ns} (your kubeconfig context's namespace)" in console.output()
                 driver.get(console.url)
                 driver.get(console.base + f"/tasks/{ns}/gated")
                 page = seen.page(driver)

@@ -99,7 +99,7 @@ class Access:
         if self.requested:
             return Scope(sorted(set(self.requested)), how="the --namespace flags")
         if await self.allowed("list", TASKS):
-            return Scope([], everywhere=True, how="all namespaces (you may list Tasks in all)")
+            return Scope([], everywhere=True, how="you may list Tasks in all of them")
         if await self.allowed("list", "namespaces", group=""):
             try:
                 names = (await self.kube.namespaces())[:MAX_NAMESPACES]
