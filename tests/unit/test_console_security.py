@@ -159,3 +159,21 @@ def test_the_tracing_url_needs_http_and_the_trace_id() -> None:
     for bad in ("javascript:alert(1)//{traceId}", "http://j/trace/"):
         with pytest.raises(ValueError, match="--tracing-url"):
             tracing_template(bad)
+
+
+def test_only_kubernetes_names_reach_an_api_path(console: tuple[str, Guard]) -> None:
+    base, guard = console
+    client = logged_in(base, guard)
+    try:
+        for path in (
+            "/tasks/Default/t",
+            "/tasks/default/x..",
+            "/tasks/default/a%20b",
+            "/live/tasks/default/-x",
+            "/live/tasks?namespace=..",
+        ):
+            answer = client.get(path)
+            assert answer.status_code == 404 and "Kubernetes names" in answer.text, path
+            assert_headers(answer)
+    finally:
+        client.close()

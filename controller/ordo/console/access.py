@@ -11,6 +11,7 @@ every action."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 MAX_NAMESPACES = 100
 """Namespaces probed one by one when the user may list namespaces but not Tasks everywhere."""
 TASKS = "tasks"
+REVIEW_TTL = 60.0
+"""Seconds an access review's answer is reused (RBAC changes show within a minute; the
+namespaces read are chosen once, at start)."""
 
 
 @dataclass
@@ -53,15 +57,17 @@ class Access:
     default_namespace: str
     _scope: Scope | None = None
     _user: str | None = None
-    _allowed: dict[tuple[str, str, str, str], bool] = field(default_factory=dict)
+    _allowed: dict[tuple[str, str, str, str], tuple[bool, float]] = field(default_factory=dict)
 
     async def allowed(
         self, verb: str, resource: str, namespace: str = "", group: str = GROUP
     ) -> bool:
-        """A SelfSubjectAccessReview (cached): may the user `verb` `resource` in `namespace`
-        ("" for all namespaces, or a cluster-scoped resource)? False if the review fails."""
+        """A SelfSubjectAccessReview (an answer is kept `REVIEW_TTL` seconds): may the user
+        `verb` `resource` in `namespace` ("" for all namespaces, or a cluster-scoped
+        resource)? False if the review fails."""
         key = (verb, group, resource, namespace)
-        if key not in self._allowed:
+        kept = self._allowed.get(key)
+        if kept is None or time.monotonic() - kept[1] > REVIEW_TTL:
             attributes: dict[str, str] = {"verb": verb, "group": group, "resource": resource}
             if namespace:
                 attributes["namespace"] = namespace
@@ -74,8 +80,9 @@ class Access:
                 answer = await self.kube.review(SSAR_PATH, body)
             except ApiError:
                 return False
-            self._allowed[key] = bool((answer.get("status") or {}).get("allowed"))
-        return self._allowed[key]
+            allowed = bool((answer.get("status") or {}).get("allowed"))
+            self._allowed[key] = kept = (allowed, time.monotonic())
+        return kept[0]
 
     async def may_decide(self, namespace: str) -> bool:
         """May the user create ToolApprovals in `namespace` (approve and reject)?"""

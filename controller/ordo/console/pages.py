@@ -6,6 +6,7 @@ of the API server is shown as it answered."""
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -22,6 +23,21 @@ from .security import CSRF_FIELD, Guard, check_csrf
 
 MAX_REASON = 1024
 MAX_FORM = 16384
+NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""A Kubernetes object or namespace name (DNS-1123 subdomain): nothing else reaches an API
+path."""
+
+
+def _named(request: Request) -> tuple[str, str] | None:
+    """The Task's namespace and name from the path, or None if either is not a name."""
+    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    if NAME.fullmatch(namespace) and NAME.fullmatch(name):
+        return namespace, name
+    return None
+
+
+def _not_a_name() -> Response:
+    return HTMLResponse("no such Task: the namespace and name must be Kubernetes names", 404)
 
 
 async def _form(request: Request) -> dict[str, str] | None:
@@ -82,6 +98,10 @@ class Console:
 
     async def _task_list(self, request: Request) -> dict[str, Any]:
         filters = self._filters(request)
+        if filters.namespace and not NAME.fullmatch(filters.namespace):
+            filters = present.Filters(
+                agent=filters.agent, phase=filters.phase, reason=filters.reason
+            )
         listing = await self.access.in_scope("Task", filters.namespace or None)
         query = request.url.query
         return {
@@ -98,7 +118,10 @@ class Console:
         return await self.render(request, "tasks.html", **await self._task_list(request))
 
     async def tasks_live(self, request: Request) -> Response:
-        namespaces = await self.access.watched(request.query_params.get("namespace") or None)
+        namespace = request.query_params.get("namespace") or None
+        if namespace is not None and not NAME.fullmatch(namespace):
+            return _not_a_name()
+        namespaces = await self.access.watched(namespace)
         return self._stream(namespaces, request.query_params.get("rv", ""))
 
     def _stream(
@@ -160,19 +183,28 @@ class Console:
             return []  # the tree then shows what the parent's status.children says
 
     async def task(self, request: Request) -> Response:
-        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        named = _named(request)
+        if named is None:
+            return _not_a_name()
+        namespace, name = named
         context, status_code = await self._task_context(namespace, name)
         return await self.render(request, "task.html", status_code, **context)
 
     async def task_live(self, request: Request) -> Response:
-        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        named = _named(request)
+        if named is None:
+            return _not_a_name()
+        namespace, name = named
         version = request.query_params.get("rv", "")
         return self._stream([namespace], version, field_selector=f"metadata.name={name}")
 
     async def decide(self, request: Request) -> Response:
         """Approve or reject a waiting call: the ToolApproval `ordo approve|reject` creates,
         created as the user (the API server and its admission decide)."""
-        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        named = _named(request)
+        if named is None:
+            return _not_a_name()
+        namespace, name = named
         form = await _form(request)
         if form is None:
             return HTMLResponse("the form must be urlencoded and under 16 KiB", status_code=400)
