@@ -149,7 +149,7 @@ def test_deliveries_create_exactly_one_task_each(
         timeout=10,
         what="the webhook's Events",
     )
-    assert reasons.count("Delivered") == 1 and reasons.count("DeliveryRefused") == 2
+    assert reasons.count("Delivered") == 1 and reasons.count("DeliveryRefused") == 1  # one a minute
     status_now = get_json(cp, "taskwebhook", "issues", "-n", ns)["status"]
     assert status_now["lastTask"] == name and status_now["lastDeliveryTime"]
     line = 'ordo_trigger_tasks_total{kind="TaskWebhook",outcome="%s"}'

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 MAX_WEBHOOK_BUCKETS = 10000
 """Per-webhook rate limiters kept; past it they all start afresh."""
+REFUSAL_EVENT_INTERVAL = 60.0
+"""At most one `DeliveryRefused` Event per webhook in this many seconds: anyone who can reach
+/hooks can be refused, and each Event is an object in etcd (the metric counts every one)."""
 STATUS = {
     "created": 202,
     "duplicate": 200,
@@ -105,6 +108,7 @@ class Hooks:
         self._clients = clients
         self._clock = clock
         self._limits = WebhookLimits()
+        self._refusal_events = WebhookLimits()
         self._events = EventRecorder(kube, component="ordo-gateway")
 
     async def handle(self, request: Request) -> Response:
@@ -232,8 +236,12 @@ class Hooks:
                 f"Task {answer.task} exists and is not this webhook's: not adopted",
                 warning=True,
             )
-        elif answer.outcome != "duplicate":
+        elif answer.outcome != "duplicate" and self._refusal_events.admit(
+            webhook["metadata"]["uid"], 1 / REFUSAL_EVENT_INTERVAL, 1
+        ):
             code = answer.status or STATUS[answer.outcome]
-            await self._events.post(
-                webhook, "DeliveryRefused", f"{answer.outcome} ({code})", warning=True
+            message = (
+                f"{answer.outcome} ({code}); further refusals within "
+                f"{REFUSAL_EVENT_INTERVAL:g}s are only counted in ordo_trigger_tasks_total"
             )
+            await self._events.post(webhook, "DeliveryRefused", message, warning=True)
