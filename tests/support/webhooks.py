@@ -63,6 +63,8 @@ class Api:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.status: list[dict[str, Any]] = []
+        self.refuse_tasks: int | None = None
+        """An HTTP status every Task create gets instead (e.g. 403 from admission)."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -76,6 +78,8 @@ class Api:
         if path.endswith("/events"):
             self.events.append(json.loads(request.content))
             return httpx.Response(201, json={})
+        if self.refuse_tasks is not None and request.method == "POST":
+            return httpx.Response(self.refuse_tasks, json={"kind": "Status", "code": 403})
         return tasks_answer(self.tasks, request)
 
 

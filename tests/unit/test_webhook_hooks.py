@@ -134,6 +134,18 @@ async def test_a_task_of_that_name_not_owned_is_not_adopted() -> None:
     assert outcome(gw, "failed") == 1
 
 
+async def test_a_task_the_api_server_refuses_is_reported_every_time() -> None:
+    api = Api(webhook())
+    api.refuse_tasks = 403
+    gw = gateway(api)
+    codes = [(await deliver(gw, BODY, github(BODY, f"d-{i}"))).status_code for i in range(2)]
+    assert codes == [503, 503] and api.tasks == {}
+    assert [e["reason"] for e in api.events] == ["DeliveryFailed"] * 2  # not throttled
+    assert api.events[0]["message"].startswith("the API server refused Task issues-")
+    assert api.events[0]["message"].endswith("(403)")
+    assert outcome(gw, "failed") == 2
+
+
 async def test_hmac_profile_dedupes_a_replay_inside_the_tolerance_and_refuses_one_outside() -> None:
     api = Api(webhook("HMAC", tolerance="1m"))
     gw = gateway(api)

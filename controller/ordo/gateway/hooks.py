@@ -70,6 +70,8 @@ class Answer:
     task: str | None = None
     status: int | None = None
     """The HTTP status when it is not the outcome's usual one (STATUS)."""
+    api_status: int | None = None
+    """`failed`: the API server's status for the Task's create (0: no answer)."""
 
     def response(self) -> Response:
         status = self.status or STATUS[self.outcome]
@@ -207,11 +209,11 @@ class Hooks:
         except ApiError as exc:
             if not exc.conflict:
                 log.warning("gateway: creating a webhook's Task failed (%s)", exc.status)
-                return Answer("failed")
+                return Answer("failed", name, api_status=exc.status)
         try:
             existing = await self._kube.get("Task", namespace, name)
-        except ApiError:
-            return Answer("failed")
+        except ApiError as exc:
+            return Answer("failed", name, api_status=exc.status)
         if existing is not None and deliveries.owned_by(existing, webhook):
             return Answer("duplicate", name)
         return Answer("failed", name, status=409)
@@ -234,6 +236,13 @@ class Hooks:
                 webhook,
                 "DeliveryConflict",
                 f"Task {answer.task} exists and is not this webhook's: not adopted",
+                warning=True,
+            )
+        elif answer.api_status is not None:  # after a valid signature: never throttled
+            await self._events.post(
+                webhook,
+                "DeliveryFailed",
+                f"the API server refused Task {answer.task} ({answer.api_status or 'no answer'})",
                 warning=True,
             )
         elif answer.outcome != "duplicate" and self._refusal_events.admit(
