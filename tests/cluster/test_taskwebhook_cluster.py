@@ -152,6 +152,7 @@ def test_deliveries_create_exactly_one_task_each(
     assert reasons.count("Delivered") == 1 and reasons.count("DeliveryRefused") == 1  # one a minute
     status_now = get_json(cp, "taskwebhook", "issues", "-n", ns)["status"]
     assert status_now["lastTask"] == name and status_now["lastDeliveryTime"]
+    assert status_now["tasksCreated"] == 1
     line = 'ordo_trigger_tasks_total{kind="TaskWebhook",outcome="%s"}'
     assert gateway.metric(line % "created") == 2
     assert gateway.metric(line % "duplicate") == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ def webhook(profile: str = "GitHub", **spec: Any) -> dict[str, Any]:
             "name": "issues",
             "namespace": "ns",
             "uid": UID,
+            "resourceVersion": "1",
             "annotations": {"ordo.dev/requested-by": "alice"},
         },
         "spec": {
@@ -63,16 +65,24 @@ class Api:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.status: list[dict[str, Any]] = []
+        self.read: Callable[[], dict[str, Any]] = lambda: self.hook
+        """What a GET of the webhook answers (a test may serve a stale copy)."""
         self.refuse_tasks: int | None = None
         """An HTTP status every Task create gets instead (e.g. 403 from admission)."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path.endswith("/taskwebhooks/issues/status"):
-            self.status.append(json.loads(request.content))
+            patch = json.loads(request.content)
+            meta = self.hook["metadata"]
+            if patch["metadata"]["resourceVersion"] != meta["resourceVersion"]:
+                return httpx.Response(409, json={"kind": "Status", "code": 409})
+            self.status.append(patch)
+            self.hook["status"] = {**(self.hook.get("status") or {}), **patch["status"]}
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
             return httpx.Response(200, json=self.hook)
         if path.endswith("/taskwebhooks/issues"):
-            return httpx.Response(200, json=self.hook)
+            return httpx.Response(200, json=self.read())
         if path.endswith("/secrets/hook"):
             return httpx.Response(200, json=self.secret)
         if path.endswith("/events"):

@@ -82,6 +82,23 @@ async def test_a_signed_delivery_creates_one_owned_labelled_task_and_a_redeliver
     assert (outcome(gw, "created"), outcome(gw, "duplicate")) == (2, 1)
     assert [e["reason"] for e in api.events] == ["Delivered", "Delivered"]
     assert api.status[-1]["status"]["lastTask"] in api.tasks
+    assert api.hook["status"]["tasksCreated"] == 2  # the redelivery is not counted
+
+
+async def test_the_count_survives_another_replicas_write() -> None:
+    api = Api(webhook())
+    gw = gateway(api)
+    assert (await deliver(gw, BODY, github(BODY, "d-1"))).status_code == 202
+    # Another replica counted meanwhile: this gateway's next read is stale, its write
+    # conflicts, it reads again and counts on top.
+    stale = copy.deepcopy(api.hook)
+    api.hook["status"]["tasksCreated"] = 5
+    api.hook["metadata"]["resourceVersion"] = "9"
+    served = api.hook
+    reads = iter([stale])
+    api.read = lambda: next(reads, served)
+    assert (await deliver(gw, BODY, github(BODY, "d-2"))).status_code == 202
+    assert api.hook["status"]["tasksCreated"] == 6
 
 
 async def test_refusals_create_nothing() -> None:

@@ -182,6 +182,7 @@ KINDS: dict[str, KindInfo] = {
                 _col("Agent", ".spec.taskTemplate.spec.agentRef"),
                 _col("Suspend", ".spec.suspend", "boolean"),
                 _col("Ready", READY),
+                _col("Tasks", ".status.tasksCreated", "integer"),
                 _col("Last-Delivery", ".status.lastDeliveryTime", "date"),
                 AGE,
             ),

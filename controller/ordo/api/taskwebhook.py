@@ -155,6 +155,9 @@ class TaskWebhookStatus(StatusBase):
     """When the gateway last created a Task for a delivery (RFC 3339)."""
     last_task: str | None = None
     """The Task that delivery created."""
+    tasks_created: Annotated[int, Field(ge=0)] | None = None
+    """Tasks created for deliveries (a redelivery that found its Task is not counted); the
+    gateway's metric `ordo_trigger_tasks_total` counts every outcome."""
 
 
 class TaskWebhook(Resource):

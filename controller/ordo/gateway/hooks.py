@@ -10,6 +10,9 @@ payload mapping (400). Then the Task is created under a name derived from the de
 with its name; a redelivery finds its Task (`200`, same name); a Task of that name the
 webhook does not own is never adopted (`409`, and an Event).
 
+The webhook's status counts the Tasks created (`tasksCreated`, a resourceVersion-guarded
+write) and names the last one.
+
 Nothing of the body, the headers or the Secret is logged, counted or put in an Event: those
 carry the webhook's name, the Task's name and an outcome code.
 """
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 
 MAX_WEBHOOK_BUCKETS = 10000
 """Per-webhook rate limiters kept; past it they all start afresh."""
+STATUS_ATTEMPTS = 5
+"""Conditional status writes tried before giving up on counting one Task (it still exists)."""
 REFUSAL_EVENT_INTERVAL = 60.0
 """At most one `DeliveryRefused` Event per webhook in this many seconds: anyone who can reach
 /hooks can be refused, and each Event is an object in etcd (the metric counts every one)."""
@@ -218,19 +223,46 @@ class Hooks:
             return Answer("duplicate", name)
         return Answer("failed", name, status=409)
 
+    async def _record(self, webhook: dict[str, Any], task: str) -> None:
+        """Count a created Task in the webhook's status (`tasksCreated`, with the last one and
+        its time): a write conditional on the resourceVersion read, so two gateway replicas
+        never lose a count; after a conflict it reads the webhook again (a few times)."""
+        meta = webhook["metadata"]
+        current: dict[str, Any] | None = webhook
+        for _ in range(STATUS_ATTEMPTS):
+            if current is None:
+                return  # deleted meanwhile
+            count = int((current.get("status") or {}).get("tasksCreated") or 0)
+            patch = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "status": {
+                    "lastDeliveryTime": rfc3339_now(),
+                    "lastTask": task,
+                    "tasksCreated": count + 1,
+                },
+            }
+            try:
+                await self._kube.patch(
+                    "TaskWebhook", meta["namespace"], meta["name"], patch, status=True
+                )
+                return
+            except ApiError as exc:
+                if not exc.conflict:
+                    log.warning("gateway: writing a TaskWebhook's status failed (%s)", exc.status)
+                    return
+            try:
+                current = await self._kube.get("TaskWebhook", meta["namespace"], meta["name"])
+            except ApiError as exc:
+                log.warning("gateway: reading a TaskWebhook failed (%s)", exc.status)
+                return
+        log.warning("gateway: a TaskWebhook's status kept changing; tasksCreated not written")
+
     async def _report(self, webhook: dict[str, Any], answer: Answer) -> None:
         """The Event of a delivery (its outcome code and the Task's name, nothing else) and,
         for a created Task, the webhook's `status.lastDeliveryTime`."""
         if answer.outcome == "created":
             await self._events.post(webhook, "Delivered", f"created Task {answer.task}")
-            meta = webhook["metadata"]
-            patch = {"status": {"lastDeliveryTime": rfc3339_now(), "lastTask": answer.task}}
-            try:
-                await self._kube.patch(
-                    "TaskWebhook", meta["namespace"], meta["name"], patch, status=True
-                )
-            except ApiError as exc:
-                log.warning("gateway: writing a TaskWebhook's status failed (%s)", exc.status)
+            await self._record(webhook, str(answer.task))
         elif answer.status == 409:
             await self._events.post(
                 webhook,
