@@ -11,6 +11,7 @@ from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
+import yaml
 from tests.support.operator import wait_for
 from tests.support.packaging import helm_template, kustomize_build, of_kind, to_yaml
 
@@ -93,7 +94,8 @@ def users(
     installed = identity_docs(helm_template(tmp_path, release=release, values=values))
     assert len(installed) == 4
     cp.kubectl("apply", "--server-side", "-f", "-", input=to_yaml(installed))
-    verbs, kinds = "create,get,list,patch,update", "toolapprovals.ordo.dev,tasks.ordo.dev"
+    verbs = "create,get,list,patch,update"
+    kinds = "toolapprovals.ordo.dev,tasks.ordo.dev,taskschedules.ordo.dev"
     cp.kubectl(
         "create", "role", "decider", "-n", namespace, f"--verb={verbs}", f"--resource={kinds}"
     )
@@ -158,3 +160,29 @@ def test_a_task_names_its_requester_and_keeps_it(users: dict[str, tuple[str, Any
     # Other edits of the Task pass.
     alice("annotate", "task", "t2", "note=fine")
     alice("patch", "task", "t2", "--type=merge", "-p", '{"spec": {"cancel": true}}')
+
+
+def test_a_task_schedule_names_its_creator_and_only_the_operator_copies_it(
+    users: dict[str, tuple[str, Any]],
+) -> None:
+    (alice_name, alice), (bob_name, _) = users["alice"], users["bob"]
+    key = "ordo.dev/requested-by"
+
+    def schedule(name: str, requester: str) -> str:
+        meta = {"name": name, "annotations": {key: requester}}
+        spec = {"schedule": "@daily", "taskTemplate": {"spec": {"agentRef": "a"}}}
+        body = {"apiVersion": "ordo.dev/v1alpha1", "kind": "TaskSchedule", "metadata": meta}
+        return to_yaml([{**body, "spec": spec}])
+
+    mine = "ordo.dev/requested-by must be your user name"
+    refused(alice("create", "-f", "-", input=schedule("s1", bob_name), check=False), mine)
+    alice("create", "-f", "-", input=schedule("s2", alice_name))
+    fixed = "cannot be set, changed or removed after the TaskSchedule is created"
+    refused(
+        alice("annotate", "taskschedule", "s2", f"{key}={bob_name}", "--overwrite", check=False),
+        fixed,
+    )
+    # The trigger label does not let anyone but the operator name someone else on a Task.
+    (scheduled,) = yaml.safe_load_all(task("t-s", bob_name))
+    scheduled["metadata"]["labels"] = {"ordo.dev/trigger-kind": "TaskSchedule"}
+    refused(alice("create", "-f", "-", input=to_yaml([scheduled]), check=False), mine)

@@ -61,6 +61,10 @@ OPERATOR_RULES: frozenset[Rule] = frozenset(
     # TaskWebhooks: their Ready condition (the Secret key opted in, the template's Agent exists).
     | {(GROUP, "taskwebhooks", v) for v in ("get", "list", "watch")}
     | {(GROUP, "taskwebhooks/status", "patch")}
+    # TaskSchedules (operator/triggers/): read, their status written; the Tasks they create use
+    # the Task verbs above. The Job runner never reads them.
+    | {(GROUP, "taskschedules", v) for v in ("get", "list", "watch")}
+    | {(GROUP, "taskschedules/status", "patch")}
     # Secrets named by ModelEndpoints, Tools and Memories: get by name, never list or watch.
     | {("", "secrets", "get")}
     # The per-Task checkpoint ConfigMap ordo-checkpoint-<uid> (every save after the first is a

@@ -67,7 +67,7 @@ def _example_documents() -> list[manifests.Document]:
 def test_crds_are_current() -> None:
     rendered = crdgen.render_all()
     on_disk = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert len(rendered) == 12
+    assert len(rendered) == 13
     assert sorted(on_disk) == sorted(rendered), "run `ordo crds`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"crds/{name} is stale: run `ordo crds`"
@@ -210,8 +210,8 @@ def test_research_agent_uses_every_configuration_kind() -> None:
     mset = manifests.load([str(EXAMPLES / "research-agent")])
     kinds = {obj.kind for _, obj in mset.objects}
     # A ToolApproval decides a call of a running Task: nothing an example can name ahead.
-    # Teams and TaskWebhooks have their own examples (examples/team, examples/webhook).
-    assert kinds == set(KINDS) - {"ToolApproval", "Team", "TaskWebhook"}
+    # Teams and triggers have their own examples (examples/team, webhook, schedule).
+    assert kinds == set(KINDS) - {"ToolApproval", "Team", "TaskWebhook", "TaskSchedule"}
     (agent,) = [o for _, o in mset.objects if isinstance(o, Agent)]
     assert agent.spec.memory is not None and agent.spec.memory.ref and agent.spec.memory.allow
 
@@ -616,6 +616,12 @@ def _webhook(profile: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+TSCH: dict[str, Any] = {
+    "apiVersion": "ordo.dev/v1alpha1",
+    "kind": "TaskSchedule",
+    "metadata": {"name": "nightly"},
+    "spec": {"schedule": "@daily", "taskTemplate": {"spec": {"agentRef": "a"}}},
+}
 CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
     "self.type != 'pattern' || has(self.pattern)": (
         [_grl("pattern", pattern=GRL_PATTERN), _grl("http", http=GRL_HTTP)],
@@ -768,6 +774,10 @@ CEL_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
             {**TOOL, "spec": {"type": "mock", "inputSchema": {"properties": {}}}},
         ],
         [{**TOOL, "spec": {"type": "mock", "inputSchema": {"type": "array"}}}],
+    ),
+    "size(self.metadata.name) <= 63": (
+        [{**TSCH, "metadata": {"name": "x" * 63}}],
+        [{**TSCH, "metadata": {"name": "x" * 64}}],
     ),
     "size(self.metadata.name) <= 64": (
         [{**TOOL, "metadata": {"name": "x" * 64}, "spec": {"type": "mock"}}],

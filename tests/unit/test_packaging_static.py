@@ -306,6 +306,7 @@ def _populated() -> Metrics:
     metrics.tool_calls.labels("t", "allowed", "succeeded").inc()
     metrics.kube_requests.labels("get").inc()
     metrics.tasks_deleted.labels("ns").inc()
+    metrics.trigger_tasks.labels("TaskSchedule", "created").inc()
     metrics.guardrail_decisions.labels("g", "input", "denied").inc()
     metrics.tool_rule_decisions.labels("ns", "p", "r", "Deny", "Enforce", "matched").inc()
     metrics.credential_violations.labels("host").inc()
@@ -391,7 +392,7 @@ def test_metric_label_names_match_the_operations_doc() -> None:
         assert documented, f"docs/operations.md should show `{name}{{{', '.join(labels)}}}`"
         assert [x.strip() for x in documented.group(1).split(",")] == labels, name
         checked += 1
-    assert checked == 20
+    assert checked == 21
 
 
 # -- user docs: relative links and anchors resolve -------------------------------------------

@@ -136,7 +136,8 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   except `cancel` (and `input`, which the operator never writes). Delete: a finished Task
   whose TTL passed (spec.ttlSecondsAfterFinished, --task-ttl), resourceVersion-conditional.
 - Status subresources it writes (merge patch): all eight ordo kinds (Task progress and results,
-  the Ready condition of the others).
+  the Ready condition of the others), teams and taskschedules (a schedule's Tasks are
+  created, cancelled and deleted with the Task verbs: docs/triggers.md#schedules).
 - Secrets: get by name only (the ones ModelEndpoints, Tools and Memories name); never list or
   watch, so the operator cannot enumerate Secrets.
 - ConfigMaps: the per-Task checkpoint ordo-checkpoint-<task uid> (get, create, update, delete).
@@ -151,7 +152,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
 */}}
 {{- define "ordo.rules" -}}
 - apiGroups: [ordo.dev]
-  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals, teams, taskwebhooks]
+  resources: [tasks, agents, modelendpoints, tools, memories, agentroles, toolpermissions, agentpolicies, guardrails, toolapprovals, teams, taskwebhooks, taskschedules]
   verbs: [get, list, watch]
 - apiGroups: [ordo.dev]
   resources: [tasks]
@@ -160,7 +161,7 @@ Role in each watched namespace. Derived from what the operator does (docs/securi
   resources: [tasks/finalizers]
   verbs: [update]
 - apiGroups: [ordo.dev]
-  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status, toolapprovals/status, teams/status, taskwebhooks/status]
+  resources: [tasks/status, agents/status, modelendpoints/status, tools/status, memories/status, agentroles/status, toolpermissions/status, agentpolicies/status, guardrails/status, toolapprovals/status, teams/status, taskwebhooks/status, taskschedules/status]
   verbs: [patch]
 - apiGroups: [""]
   resources: [secrets]

@@ -15,6 +15,7 @@ from .modelendpoint import ModelEndpoint, ModelEndpointSpec
 from .policy import AgentPolicy, AgentPolicySpec
 from .rbac import AgentRole, AgentRoleSpec, ToolPermission, ToolPermissionSpec
 from .task import REASONS, TASK_SPEC_IMMUTABLE, TERMINAL_PHASES, Task, TaskSpec, TaskStatus
+from .taskschedule import TaskSchedule, TaskScheduleSpec
 from .taskwebhook import TaskWebhook, TaskWebhookSpec
 from .team import Team, TeamSpec
 from .tool import Tool, ToolSpec, model_tool_name, reserved_tool_name
@@ -201,6 +202,20 @@ KINDS: dict[str, KindInfo] = {
             ),
             spec_rules=(TOOL_APPROVAL_IMMUTABLE,),
         ),
+        KindInfo(
+            TaskSchedule,
+            "taskschedules",
+            ("tsch",),
+            (
+                _col("Schedule", ".spec.schedule"),
+                _col("Timezone", ".spec.timeZone"),
+                _col("Suspend", ".spec.suspend", "boolean"),
+                _col("Active", ".status.active"),
+                _col("Last-Schedule", ".status.lastScheduleTime", "date"),
+                _col("Ready", READY),
+                AGE,
+            ),
+        ),
     )
 }
 
@@ -229,6 +244,8 @@ __all__ = [
     "ModelEndpointSpec",
     "Resource",
     "Task",
+    "TaskSchedule",
+    "TaskScheduleSpec",
     "TaskSpec",
     "TaskStatus",
     "TaskWebhook",

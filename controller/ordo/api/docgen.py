@@ -40,6 +40,7 @@ _KIND_SUMMARY = {
     "AgentPolicy": "Guard rails over the Agents it selects: models, blocked tools, budgets.",
     "Memory": "A key/value and search store the agent reaches through built-in tools.",
     "Task": "One agent run: its input, and its status contract.",
+    "TaskSchedule": "A Task per scheduled time (cron), shaped like a batch/v1 CronJob.",
     "Team": "Agents that run one Task together, in sequence or in parallel with an aggregator.",
     "TaskWebhook": "A Task per signed HTTP delivery, served by `ordo gateway` at /hooks.",
 }

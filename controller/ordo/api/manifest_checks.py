@@ -261,6 +261,7 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
     from .guardrail import Guardrail
     from .rbac import ToolPermission
     from .task import Task
+    from .taskschedule import TaskSchedule
     from .taskwebhook import TaskWebhook
     from .team import Team
     from .tool import Tool
@@ -281,17 +282,17 @@ def references(obj: Resource) -> list[tuple[str, str, str]]:
             refs.append(("spec.agentRef", "Agent", obj.spec.agent_ref))
         if obj.spec.team_ref is not None:
             refs.append(("spec.teamRef", "Team", obj.spec.team_ref))
-    elif isinstance(obj, Team):
-        for i, member in enumerate(obj.spec.members):
-            refs.append((f"spec.members[{i}].agentRef", "Agent", member.agent_ref))
-        if obj.spec.aggregator is not None:
-            refs.append(("spec.aggregator.agentRef", "Agent", obj.spec.aggregator.agent_ref))
-    elif isinstance(obj, TaskWebhook):
+    elif isinstance(obj, (TaskSchedule, TaskWebhook)):
         template = obj.spec.task_template.spec
         if template.agent_ref is not None:
             refs.append(("spec.taskTemplate.spec.agentRef", "Agent", template.agent_ref))
         if template.team_ref is not None:
             refs.append(("spec.taskTemplate.spec.teamRef", "Team", template.team_ref))
+    elif isinstance(obj, Team):
+        for i, member in enumerate(obj.spec.members):
+            refs.append((f"spec.members[{i}].agentRef", "Agent", member.agent_ref))
+        if obj.spec.aggregator is not None:
+            refs.append(("spec.aggregator.agentRef", "Agent", obj.spec.aggregator.agent_ref))
     elif isinstance(obj, Tool) and obj.spec.agent is not None:
         refs.append(("spec.agent.ref", "Agent", obj.spec.agent.ref))
     elif isinstance(obj, ToolPermission):

@@ -12,6 +12,7 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,12 @@ from .lifecycle.scheduler import TaskScheduler
 from .readiness.reconciler import ReadinessReconciler
 from .settings import JobSettings, SchedulerSettings
 from .tasks.processlease import ProcessLeases, identity_name
+from .tasks.recorder import EventRecorder
 from .telemetry.health import HealthServer, PortInUse
 from .telemetry.loopstall import LoopStall
 from .telemetry.metrics import Metrics
+from .triggers.reconcile import ScheduleReconciler
+from .triggers.schedules import ScheduleController
 
 log = logging.getLogger("ordo.operator")
 
@@ -87,6 +91,7 @@ class OperatorState:
     tasks: TaskFeed | None = None
     leases: ProcessLeases | None = None
     loop_stall: LoopStall | None = None
+    schedules: ScheduleController | None = None
 
 
 def new_memo(config: OperatorConfig) -> kopf.Memo:
@@ -166,6 +171,12 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
         STATE.metrics.workers.set(STATE.scheduler.pool.size)
     STATE.retention = Retention(STATE.client, STATE.metrics, cfg.task_ttl_seconds)
     STATE.readiness = ReadinessReconciler(STATE.client, store, STATE.cache)
+    STATE.schedules = ScheduleController(
+        STATE.client,
+        ScheduleReconciler(
+            STATE.client, STATE.metrics, EventRecorder(STATE.client), lambda: datetime.now(UTC)
+        ),
+    )
     if cfg.peering is None:
         STATE.tasks = TaskFeed(
             STATE.client, cfg.namespaces or None, _task_listener(STATE), metrics=metrics
@@ -261,6 +272,8 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
         await STATE.loop_stall.stop()
     if STATE.tasks is not None:
         await STATE.tasks.stop()
+    if STATE.schedules is not None:
+        await STATE.schedules.stop()
     if STATE.scheduler is not None:
         await STATE.scheduler.shutdown()
     if STATE.leases is not None:  # after the runs released their Tasks
@@ -283,6 +296,8 @@ def _task_listener(state: OperatorState) -> Callable[[str | None, dict[str, Any]
         # synchronously, and keeps nothing of it; the scheduler, which keeps it, goes last.
         if state.retention is not None:
             state.retention.observe(body, event_type)
+        if state.schedules is not None:
+            state.schedules.observe_task(body, event_type)
         if state.scheduler is not None:
             state.scheduler.observe(body, event_type)
 
@@ -305,6 +320,14 @@ async def _approval_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     scheduler = _state(memo).scheduler
     if scheduler is not None:
         scheduler.observe_approval(_plain(body), event.get("type"))
+
+
+@kopf.on.event(GROUP, VERSION, "taskschedules")
+async def _schedule_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A TaskSchedule was listed, changed or deleted: (re)start or stop its loop."""
+    schedules = _state(memo).schedules
+    if schedules is not None:
+        schedules.observe(_plain(body), event.get("type"))
 
 
 READINESS_KINDS = {

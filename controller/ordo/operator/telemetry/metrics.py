@@ -120,6 +120,14 @@ class Metrics:
             ["namespace"],
             registry=r,
         )
+        self.trigger_tasks = Counter(
+            "ordo_trigger_tasks_total",
+            "What the triggers did per occasion (docs/triggers.md): kind TaskSchedule here "
+            "(the gateway counts TaskWebhook); outcome created, duplicate, skipped, replaced, "
+            "missed, invalid or failed.",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.kube_requests = Counter(
             "ordo_kube_api_requests_total",
             "Requests ordo's own client made to the Kubernetes API (kopf's watches excluded).",

@@ -1,0 +1,127 @@
+"""The Task of one scheduled time: its body (name, labels, annotations, owner, the template's
+spec), its creation (a 409 read back: ours is a duplicate, anyone else's is never adopted),
+and what the schedule reads of the Tasks it owns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ...api import API_VERSION
+from ...api.task import REQUESTER_ANNOTATION
+from ...api.triggers import (
+    SCHEDULED_AT_ANNOTATION,
+    TRIGGER_KIND_LABEL,
+    TRIGGER_NAME_LABEL,
+    scheduled_task_name,
+)
+from ...timestamps import parse
+from ..kube.client import ApiError, KubeClient
+from .decide import OwnedTask
+
+KIND = "TaskSchedule"
+
+CreateResult = Literal["created", "duplicate", "taken"]
+
+
+def selector(schedule_name: str) -> str:
+    """The label selector of a schedule's Tasks."""
+    return f"{TRIGGER_KIND_LABEL}={KIND},{TRIGGER_NAME_LABEL}={schedule_name}"
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def controller_uid(task: dict[str, Any]) -> str | None:
+    """The uid of the Task's controller owner, if that is a TaskSchedule."""
+    for ref in (task.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == KIND:
+            uid = ref.get("uid")
+            return uid if isinstance(uid, str) else None
+    return None
+
+
+def task_body(schedule: dict[str, Any], scheduled_at: datetime) -> dict[str, Any]:
+    """The Task for `scheduled_at`: the template's spec and metadata; the trigger labels, the
+    scheduled-at annotation and the schedule's own requester (never the template's) win."""
+    meta = schedule["metadata"]
+    template = schedule["spec"]["taskTemplate"]
+    template_meta = template.get("metadata") or {}
+    annotations = {
+        k: v
+        for k, v in (template_meta.get("annotations") or {}).items()
+        if k not in (REQUESTER_ANNOTATION, SCHEDULED_AT_ANNOTATION)
+    }
+    annotations[SCHEDULED_AT_ANNOTATION] = rfc3339(scheduled_at)
+    requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
+    if requester:
+        annotations[REQUESTER_ANNOTATION] = requester
+    labels = {
+        **(template_meta.get("labels") or {}),
+        TRIGGER_KIND_LABEL: KIND,
+        TRIGGER_NAME_LABEL: meta["name"],
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Task",
+        "metadata": {
+            "name": scheduled_task_name(meta["name"], scheduled_at),
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+
+
+async def create_task(client: KubeClient, body: dict[str, Any], owner_uid: str) -> CreateResult:
+    """Create the Task. On 409, or a transient failure that may have created it, read it
+    back: owned by this schedule (its uid) is `duplicate` (another replica, or this one
+    before a restart or a lost answer); anyone else's is `taken`, never adopted. Other API
+    errors are raised."""
+    meta = body["metadata"]
+    try:
+        await client.create("Task", meta["namespace"], body)
+        return "created"
+    except ApiError as exc:
+        if not (exc.conflict or exc.transient):
+            raise
+        found = await client.get("Task", meta["namespace"], meta["name"])
+        if found is None:
+            raise
+    return "duplicate" if controller_uid(found) == owner_uid else "taken"
+
+
+def owned_tasks(items: list[dict[str, Any]], owner_uid: str) -> list[OwnedTask]:
+    """The listed Tasks whose controller is the schedule of `owner_uid` (a Task of the same
+    labels that someone else created is not the schedule's)."""
+    owned = []
+    for item in items:
+        if controller_uid(item) != owner_uid:
+            continue
+        meta = item.get("metadata") or {}
+        status = item.get("status") or {}
+        created = parse(meta.get("creationTimestamp"))
+        if created is None:
+            continue
+        owned.append(
+            OwnedTask(
+                name=meta.get("name", ""),
+                phase=status.get("phase"),
+                scheduled_at=parse((meta.get("annotations") or {}).get(SCHEDULED_AT_ANNOTATION)),
+                created_at=created,
+                completed_at=parse(status.get("completedAt")),
+                cancel_requested=bool((item.get("spec") or {}).get("cancel")),
+            )
+        )
+    return owned
