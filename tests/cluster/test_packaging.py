@@ -128,6 +128,7 @@ ORDO_KINDS = (
     "toolapprovals",
     "teams",
     "taskwebhooks",
+    "taskschedules",
 )
 
 
