@@ -1,7 +1,8 @@
 """`ordo console` in a real headless Chromium (Debian's, through its chromedriver; issue 30),
 against the control plane with the operator running, in one test (one control plane, one
 operator, one browser): a request without the token is refused; the Tasks list updates live
-when a Task finishes; a Task page shows its steps, a denied call and its reason; approving a
+when a Task finishes; a Task page shows its steps, a denied call and its reason, and links its
+trace id to --tracing-url; the approvals inbox lists a waiting call; approving a
 waiting call from the page as a ServiceAccount that may not create ToolApprovals shows the API
 server's refusal, and as one that may, lets the run finish; no canary (a Secret's value, a
 prompt, a tool argument `ordo approvals` does not show) appears in the pages, the live stream or
@@ -31,6 +32,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
+TRACING = "http://tracing.invalid/trace/{traceId}"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 SECRET_CANARY = "canary-secret-c0ns0le"
@@ -251,7 +253,7 @@ def test_the_console_in_a_browser(
         manifests(cp, ns, tool.url)
         try:
             # The admin may list Tasks everywhere: one list across all namespaces.
-            admin = ConsoleProcess(cp, Path(cp.kubeconfig))
+            admin = ConsoleProcess(cp, Path(cp.kubeconfig), "--tracing-url", TRACING)
             consoles.append(admin)
             assert "all namespaces (you may list Tasks in all of them), as admin" in admin.output()
             # Without the token: refused, and no session.
@@ -286,6 +288,11 @@ def test_the_console_in_a_browser(
             driver.get(admin.base + f"/tasks/{ns}/pay")
             page = seen.page(driver)
             assert "Step 1: model call" in page and "Step 2: model call" in page
+            trace_id = cp_json(cp, ns, "pay")["status"]["traceId"]
+            link = driver.find_element(
+                By.CSS_SELECTOR, f'a[href="{TRACING.format(traceId=trace_id)}"]'
+            )
+            assert link.text == trace_id
             denied = driver.find_element(By.CSS_SELECTOR, "tr.decision-denied").text
             assert "pay" in denied and "denied" in denied and "ToolRuleDenied" in denied, denied
             driver.execute_script("document.getElementById('h-steps').scrollIntoView()")
@@ -310,6 +317,9 @@ def test_the_console_in_a_browser(
                 consoles.append(console)
                 assert f"{ns} (your kubeconfig context's namespace)" in console.output()
                 driver.get(console.url)
+                driver.get(console.base + "/approvals")  # the inbox lists the waiting call
+                inbox = driver.find_element(By.CSS_SELECTOR, "table.inbox tbody").text
+                assert "gated" in inbox and "deploy" in inbox, inbox
                 driver.get(console.base + f"/tasks/{ns}/gated")
                 page = seen.page(driver)
                 assert SHOWN_ARG_CANARY in page  # as `ordo approvals` shows it
