@@ -1,13 +1,14 @@
 """TaskSchedule with the operator as a subprocess (issue 29): a `* * * * *` schedule creates
 exactly one Task per minute across an operator SIGKILL and restart in the same minute and with
 two replicas; `Forbid` skips while a Task runs (held by a tool call waiting for approval);
-`suspend` creates nothing; the history limit prunes.
+`Replace` cancels it for the next; `suspend` creates nothing; the history limit prunes.
 
 The scenarios share one namespace and one run over the same three minute boundaries (the
 module fixture), then each test asserts its part: real minutes, so never one after another."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ def setup(cp: ControlPlane, ns: str) -> None:
         schedule("forbid", "held", concurrencyPolicy="Forbid"),
         schedule("paused", "quick", suspend=True),
         schedule("pruned", "quick", successfulTasksHistoryLimit=1),
+        schedule("replace", "held", concurrencyPolicy="Replace", failedTasksHistoryLimit=5),
     ):
         apply(cp, ns, manifest)
 
@@ -215,3 +217,21 @@ def test_history_limit_prunes_the_oldest(run: Run) -> None:
     status = get_json(run.cp, "taskschedule", "pruned", "-n", run.ns)["status"]
     assert status["lastSuccessfulTime"] >= run.boundaries[-1]
     assert not status.get("active")
+
+
+def test_replace_cancels_the_running_task_for_the_next(run: Run) -> None:
+    def cancelled(name: str) -> bool:
+        task = get_json(run.cp, "task", name, "-n", run.ns)
+        return (task.get("status") or {}).get("phase") == "Cancelled"
+
+    tasks = sorted(owned(run.cp, run.ns, "replace"), key=minute)
+    assert [minute(t) for t in tasks] == run.boundaries
+    for older in tasks[:-1]:
+        assert older["spec"]["cancel"] is True
+        name = older["metadata"]["name"]
+        wait_for(functools.partial(cancelled, name), 30, what=f"{name} Cancelled")
+    assert not tasks[-1]["spec"].get("cancel")
+    replaced = [e for e in events(run.cp, run.ns, "replace") if e["reason"] == "Replaced"]
+    assert {t["metadata"]["name"] for t in tasks[:-1]} <= {
+        e["message"].split()[2] for e in replaced
+    }
