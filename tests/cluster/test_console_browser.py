@@ -1,6 +1,8 @@
 """`ordo console` in a real headless Chromium (Debian's, through its chromedriver; issue 30),
 against the control plane with the operator running, in one test (one control plane, one
-operator, one browser): a request without the token is refused; the Tasks list updates live
+operator, one browser): without --namespace, the admin's console reads all namespaces, a
+ServiceAccount that may list namespaces those where it may list Tasks, one that may not its
+context's namespace; a request without the token is refused; the Tasks list updates live
 when a Task finishes; a Task page shows its steps, a denied call and its reason, and links its
 trace id to --tracing-url; the approvals inbox lists a waiting call; approving a
 waiting call from the page as a ServiceAccount that may not create ToolApprovals shows the API
@@ -48,7 +50,7 @@ ROLES = {  # role -> (rules, ServiceAccounts bound); the approver is a viewer wh
             {**READ, "resources": ["tasks", "agents", "agentpolicies", "toolapprovals"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
         ],
-        ["viewer", "approver"],
+        ["viewer", "approver", "lister"],
     ),
     "approver": (
         [{"apiGroups": ["ordo.dev"], "resources": ["toolapprovals"], "verbs": ["create"]}],
@@ -310,6 +312,19 @@ def test_the_console_in_a_browser(
             cp.kubectl("create", "serviceaccount", "viewer", "-n", ns)
             cp.kubectl("create", "serviceaccount", "approver", "-n", ns)
             grant(cp, ns)
+            # May list namespaces, and Tasks in this one only: the console reads that one.
+            lister = f"console-lister-{ns}"
+            cp.kubectl("create", "clusterrole", lister, "--verb=list", "--resource=namespaces")
+            cp.kubectl(
+                "create",
+                "clusterrolebinding",
+                lister,
+                f"--clusterrole={lister}",
+                f"--serviceaccount={ns}:lister",
+            )
+            kubeconfig = cp.service_account_kubeconfig(ns, "lister")
+            consoles.append(ConsoleProcess(cp, kubeconfig))
+            assert f"{ns} (the namespaces where you may list Tasks)" in consoles[-1].output()
             for who in ("viewer", "approver"):
                 # No --namespace and no right to list namespaces: the context's namespace.
                 kubeconfig = in_namespace(cp.service_account_kubeconfig(ns, who, create=False), ns)
