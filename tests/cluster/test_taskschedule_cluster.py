@@ -1,25 +1,34 @@
 """TaskSchedule with the operator as a subprocess (issue 29): a `* * * * *` schedule creates
 exactly one Task per minute across an operator SIGKILL and restart in the same minute and with
 two replicas; `Forbid` skips while a Task runs (held by a tool call waiting for approval);
-`Replace` cancels it for the next; `suspend` creates nothing; the history limit prunes.
+`Replace` cancels it for the next; `suspend` creates nothing; the history limit prunes; a
+Task name taken by someone else is never adopted; a schedule only the cron library refuses
+is Ready False.
 
 The scenarios share one namespace and one run over the same three minute boundaries (the
 module fixture), then each test asserts its part: real minutes, so never one after another."""
 
 from __future__ import annotations
 
+import calendar
 import functools
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.operator import OperatorProcess, apply, doc, events, get_json, wait_for
 
-from ordo.api.triggers import SCHEDULED_AT_ANNOTATION, TRIGGER_NAME_LABEL
+from ordo.api.triggers import (
+    SCHEDULED_AT_ANNOTATION,
+    TRIGGER_KIND_LABEL,
+    TRIGGER_NAME_LABEL,
+    scheduled_task_name,
+)
 from ordo_devcluster import ControlPlane
 
 MINUTES = 3
@@ -27,12 +36,12 @@ MINUTES = 3
 EVERY_MINUTE = "* * * * *"
 
 
-def schedule(name: str, agent: str, **fields: Any) -> str:
+def schedule(name: str, agent: str, cron: str = EVERY_MINUTE, **fields: Any) -> str:
     body = json.loads(
         doc(
             "TaskSchedule",
             name,
-            {"schedule": EVERY_MINUTE, "taskTemplate": {"spec": {"agentRef": agent}}, **fields},
+            {"schedule": cron, "taskTemplate": {"spec": {"agentRef": agent}}, **fields},
         )
     )
     if name == "once":
@@ -74,16 +83,36 @@ spec: {modelRef: quick, limits: {maxSteps: 2}}
 """
 
 
-def setup(cp: ControlPlane, ns: str) -> None:
+def setup(cp: ControlPlane, ns: str) -> int:
+    """The objects, then every schedule in one request; the first minute boundary after the
+    schedules' creation (epoch seconds)."""
     apply(cp, ns, OBJECTS)
-    for manifest in (
+    schedules = [
         schedule("once", "quick", successfulTasksHistoryLimit=10),
         schedule("forbid", "held", concurrencyPolicy="Forbid"),
         schedule("paused", "quick", suspend=True),
         schedule("pruned", "quick", successfulTasksHistoryLimit=1),
         schedule("replace", "held", concurrencyPolicy="Replace", failedTasksHistoryLimit=5),
-    ):
-        apply(cp, ns, manifest)
+        schedule("taken", "quick", successfulTasksHistoryLimit=10),
+        # The CRD's pattern accepts it; only the cron library knows minute 61 does not exist.
+        schedule("invalid", "quick", cron="61 * * * *"),
+    ]
+    apply(cp, ns, "\n---\n".join(schedules))
+    stamps = [
+        calendar.timegm(time.strptime(s["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        for s in get_json(cp, "taskschedules", "-n", ns)["items"]
+    ]
+    return (max(stamps) // 60 + 1) * 60
+
+
+def blocker(cp: ControlPlane, ns: str, at: int) -> str:
+    """A Task someone else created under the name of `taken`'s Task for `at`, with the trigger
+    labels too (labels are not ownership): the schedule must not adopt it."""
+    name = scheduled_task_name("taken", datetime.fromtimestamp(at, UTC))
+    body = json.loads(doc("Task", name, {"agentRef": "quick"}))
+    body["metadata"]["labels"] = {TRIGGER_KIND_LABEL: "TaskSchedule", TRIGGER_NAME_LABEL: "taken"}
+    apply(cp, ns, json.dumps(body))
+    return name
 
 
 def owned(cp: ControlPlane, ns: str, name: str) -> list[dict[str, Any]]:
@@ -101,12 +130,10 @@ def minute(task: dict[str, Any]) -> str:
 class Run:
     cp: ControlPlane
     ns: str
-    created_at: float
-    """When the schedules were created (epoch seconds)."""
     boundaries: list[str]
     """The minute boundaries passed since, as `ordo.dev/scheduled-at` writes them."""
-    killed_in: str
-    """The minute in which the first operator was SIGKILLed and restarted."""
+    blocker: str
+    """The Task that took the name of `taken`'s Task for the second minute."""
     first: OperatorProcess
     second: OperatorProcess
 
@@ -124,9 +151,8 @@ def run(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     second = OperatorProcess(cp, ns, logs)  # the same checkpoint keyring, its own log
     second.log_path = logs / "operator-second.log"
     try:
-        setup(cp, ns)
-        created_at = time.time()
-        m1 = (int(created_at) // 60 + 1) * 60
+        m1 = setup(cp, ns)
+        taken = blocker(cp, ns, m1 + 60)
         # The first minute's Task, then a SIGKILL and a restart within that minute.
         wait_for(
             lambda: any(minute(t) == rfc(m1) for t in owned(cp, ns, "once")),
@@ -156,9 +182,7 @@ def run(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
             interval=1,
             what="history pruned to one Task",
         )
-        yield Run(
-            cp, ns, created_at, [rfc(m1 + 60 * i) for i in range(MINUTES)], rfc(m1), first, second
-        )
+        yield Run(cp, ns, [rfc(m1 + 60 * i) for i in range(MINUTES)], taken, first, second)
     finally:
         first.stop()
         second.stop()
@@ -235,3 +259,29 @@ def test_replace_cancels_the_running_task_for_the_next(run: Run) -> None:
     assert {t["metadata"]["name"] for t in tasks[:-1]} <= {
         e["message"].split()[2] for e in replaced
     }
+
+
+def test_a_task_name_taken_by_someone_else_is_never_adopted(run: Run) -> None:
+    sched = get_json(run.cp, "taskschedule", "taken", "-n", run.ns)
+    blocker = get_json(run.cp, "task", run.blocker, "-n", run.ns)
+    assert not blocker["metadata"].get("ownerReferences")
+    mine = [
+        t
+        for t in owned(run.cp, run.ns, "taken")
+        if [r["uid"] for r in t["metadata"].get("ownerReferences") or []]
+        == [sched["metadata"]["uid"]]
+    ]
+    assert sorted(minute(t) for t in mine) == [run.boundaries[0], *run.boundaries[2:]]
+    said = [e["message"] for e in events(run.cp, run.ns, "taken") if e["reason"] == "TaskNameTaken"]
+    assert said and all(run.blocker in m for m in said), said
+    assert run.blocker not in (sched["status"].get("active") or [])
+
+
+def test_an_invalid_schedule_is_ready_false_naming_the_field(run: Run) -> None:
+    status = get_json(run.cp, "taskschedule", "invalid", "-n", run.ns)["status"]
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSchedule"
+    assert "spec.schedule" in ready["message"]
+    assert owned(run.cp, run.ns, "invalid") == []
+    reasons = [e["reason"] for e in events(run.cp, run.ns, "invalid")]
+    assert "InvalidSchedule" in reasons
