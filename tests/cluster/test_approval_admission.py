@@ -50,6 +50,22 @@ def task(name: str, requester: str | None) -> str:
     return to_yaml([{**body, "spec": {"agentRef": "a"}}])
 
 
+def schedule(name: str, requester: str) -> str:
+    meta = {"name": name, "annotations": {"ordo.dev/requested-by": requester}}
+    template = {"spec": {"agentRef": "a", "input": "report"}}
+    spec = {"schedule": "0 0 * * *", "taskTemplate": template}
+    return to_yaml(
+        [
+            {
+                "apiVersion": "ordo.dev/v1alpha1",
+                "kind": "TaskSchedule",
+                "metadata": meta,
+                "spec": spec,
+            }
+        ]
+    )
+
+
 def identity_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         d
@@ -186,3 +202,25 @@ def test_a_task_schedule_names_its_creator_and_only_the_operator_copies_it(
     (scheduled,) = yaml.safe_load_all(task("t-s", bob_name))
     scheduled["metadata"]["labels"] = {"ordo.dev/trigger-kind": "TaskSchedule"}
     refused(alice("create", "-f", "-", input=to_yaml([scheduled]), check=False), mine)
+
+
+def test_only_a_triggers_requester_changes_what_it_runs(
+    users: dict[str, tuple[str, Any]],
+) -> None:
+    """Its Tasks name the trigger's requester, who then may not approve them: anyone else who
+    may edit the trigger could otherwise run their own template under that name."""
+    (alice_name, alice), (_, bob) = users["alice"], users["bob"]
+    alice("create", "-f", "-", input=schedule("nightly", alice_name))
+
+    def patch(who: Any, spec: str, check: bool = True) -> CompletedProcess[str]:
+        return who("patch", "taskschedule", "nightly", "--type=merge", "-p", spec, check=check)
+
+    other_agent = '{"spec": {"taskTemplate": {"spec": {"agentRef": "b", "input": "x"}}}}'
+    refused(patch(bob, other_agent, check=False), f"only {alice_name} (its ordo.dev/requested-by)")
+    refused(patch(bob, '{"spec": {"schedule": "* * * * *"}}', check=False), "only ")
+    # Anyone who may edit it may stop it, and edit its metadata; only the requester resumes it.
+    patch(bob, '{"spec": {"suspend": true}}')
+    bob("label", "taskschedule", "nightly", "note=fine")
+    refused(patch(bob, '{"spec": {"suspend": false}}', check=False), "only ")
+    patch(alice, '{"spec": {"suspend": false}}')
+    patch(alice, other_agent)
