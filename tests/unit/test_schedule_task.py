@@ -19,8 +19,18 @@ def schedule(**meta: Any) -> dict[str, Any]:
             "schedule": "30 2 * * *",
             "taskTemplate": {
                 "metadata": {
-                    "labels": {"team": "a", TRIGGER_NAME_LABEL: "spoofed"},
-                    "annotations": {"note": "x", "ordo.dev/requested-by": "mallory"},
+                    "labels": {
+                        "team": "a",
+                        TRIGGER_NAME_LABEL: "spoofed",
+                        "ordo.dev/parent-uid": "someone-elses",
+                        "policy.ordo.dev/tier": "lax",
+                        "example.com/ordo.dev": "kept",
+                    },
+                    "annotations": {
+                        "note": "x",
+                        "ordo.dev/requested-by": "mallory",
+                        "ordo.dev/delegation-chain": '["a", "b"]',
+                    },
                 },
                 "spec": {"agentRef": "a", "input": "go"},
             },
@@ -32,8 +42,11 @@ def test_the_task_carries_the_trigger_the_time_and_the_schedules_requester_only(
     body = task_body(schedule(annotations={"ordo.dev/requested-by": "alice"}), AT)
     meta = body["metadata"]
     assert meta["name"] == f"nightly-{int(AT.timestamp()) // 60}"
+    # Nothing in ordo's domain comes from the template (no forged lineage, requester or
+    # policy label), the same rule as a webhook's (api/triggers.template_metadata).
     assert meta["labels"] == {
         "team": "a",
+        "example.com/ordo.dev": "kept",
         TRIGGER_KIND_LABEL: "TaskSchedule",
         TRIGGER_NAME_LABEL: "nightly",
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -76,10 +76,26 @@ def delivery_task_name(webhook_name: str, webhook_uid: str, delivery_key: str) -
     return f"{_prefix(webhook_name)}-{delivery_digest(webhook_uid, delivery_key)[:10]}"
 
 
+def _reserved(key: str) -> bool:
+    """A key in ordo's domain (`ordo.dev/...`, `policy.ordo.dev/...`): ordo's to set."""
+    prefix, _, _ = key.rpartition("/")
+    return prefix == "ordo.dev" or prefix.endswith(".ordo.dev")
+
+
+def template_metadata(template: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations a template gives its Tasks: all but those in ordo's domain.
+    ordo sets its own (the trigger labels, scheduled-at, the delivery, the trigger's
+    requester); a template must not name a requester, a parent, a root or a delegation chain,
+    nor a policy label."""
+    meta = template.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if not _reserved(k)}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not _reserved(k)}
+    return labels, annotations
+
+
 class TaskTemplateMetadata(OrdoModel):
-    """Labels and annotations copied onto every Task the trigger creates (the operator adds
-    its own: TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL, and the trigger's own `ordo.dev/`
-    labels win over the template's)."""
+    """Labels and annotations copied onto every Task the trigger creates, except keys in ordo's
+    domain (`ordo.dev/`, `policy.ordo.dev/`), which only ordo sets (`template_metadata`)."""
 
     labels: Annotated[dict[str, str], Field(max_length=64)] | None = None
     annotations: Annotated[dict[str, str], Field(max_length=64)] | None = None

@@ -20,16 +20,12 @@ from ..api.triggers import (
     TRIGGER_NAME_LABEL,
     delivery_digest,
     delivery_task_name,
+    template_metadata,
 )
 
 KIND = "TaskWebhook"
-RESERVED_DOMAIN = "ordo.dev/"
 MAX_KEY = 200
 """A dedupe header value longer than this is refused (400): it is hashed, never stored."""
-
-
-def _unreserved(values: dict[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (values or {}).items() if not k.startswith(RESERVED_DOMAIN)}
 
 
 def owner_reference(webhook: dict[str, Any]) -> dict[str, Any]:
@@ -67,10 +63,8 @@ def task_body(webhook: dict[str, Any], key: str, task_input: Any) -> dict[str, A
     signature) and whose payload is `task_input`."""
     meta = webhook["metadata"]
     template = webhook["spec"]["taskTemplate"]
-    template_meta = template.get("metadata") or {}
-    labels = _unreserved(template_meta.get("labels"))
+    labels, annotations = template_metadata(template)
     labels |= {TRIGGER_KIND_LABEL: KIND, TRIGGER_NAME_LABEL: meta["name"]}
-    annotations = _unreserved(template_meta.get("annotations"))
     annotations[DELIVERY_ANNOTATION] = delivery_digest(meta["uid"], key)
     requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
     if requester:

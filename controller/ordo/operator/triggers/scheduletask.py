@@ -14,6 +14,7 @@ from ...api.triggers import (
     TRIGGER_KIND_LABEL,
     TRIGGER_NAME_LABEL,
     scheduled_task_name,
+    template_metadata,
 )
 from ...timestamps import parse
 from ..kube.client import ApiError, KubeClient
@@ -44,24 +45,16 @@ def controller_uid(task: dict[str, Any]) -> str | None:
 
 def task_body(schedule: dict[str, Any], scheduled_at: datetime) -> dict[str, Any]:
     """The Task for `scheduled_at`: the template's spec and metadata; the trigger labels, the
-    scheduled-at annotation and the schedule's own requester (never the template's) win."""
+    scheduled-at annotation and the schedule's own requester; a template's keys in ordo's
+    domain are dropped (api/triggers.template_metadata)."""
     meta = schedule["metadata"]
     template = schedule["spec"]["taskTemplate"]
-    template_meta = template.get("metadata") or {}
-    annotations = {
-        k: v
-        for k, v in (template_meta.get("annotations") or {}).items()
-        if k not in (REQUESTER_ANNOTATION, SCHEDULED_AT_ANNOTATION)
-    }
+    labels, annotations = template_metadata(template)
     annotations[SCHEDULED_AT_ANNOTATION] = rfc3339(scheduled_at)
     requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
     if requester:
         annotations[REQUESTER_ANNOTATION] = requester
-    labels = {
-        **(template_meta.get("labels") or {}),
-        TRIGGER_KIND_LABEL: KIND,
-        TRIGGER_NAME_LABEL: meta["name"],
-    }
+    labels |= {TRIGGER_KIND_LABEL: KIND, TRIGGER_NAME_LABEL: meta["name"]}
     return {
         "apiVersion": API_VERSION,
         "kind": "Task",
