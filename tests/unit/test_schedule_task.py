@@ -4,9 +4,17 @@ and annotations; which listed Tasks the schedule owns."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
-from ordo.api.triggers import SCHEDULED_AT_ANNOTATION, TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL
+from prometheus_client import generate_latest
+
+from ordo.api.triggers import (
+    SCHEDULED_AT_ANNOTATION,
+    TRIGGER_KIND_LABEL,
+    TRIGGER_NAME_LABEL,
+    TriggerOutcome,
+)
+from ordo.operator.telemetry.metrics import SCHEDULE_OUTCOMES, Metrics
 from ordo.operator.triggers.scheduletask import owned_tasks, selector, task_body
 
 AT = datetime(2026, 6, 1, 2, 30, tzinfo=UTC)
@@ -78,3 +86,13 @@ def test_only_tasks_the_schedule_controls_are_its_own() -> None:
     assert task.scheduled_at == AT and task.finished
     assert task.completed_at == datetime(2026, 6, 1, 2, 31, tzinfo=UTC)
     assert owned_tasks([ours], "another-uid") == []
+
+
+def test_every_schedule_outcome_is_exposed_from_the_start() -> None:
+    """Each outcome a schedule counts is a TriggerOutcome, and is 0 before the first count
+    (a rate or an alert on it sees the series)."""
+    text = generate_latest(Metrics().registry).decode()
+    for outcome in SCHEDULE_OUTCOMES:
+        assert outcome in get_args(TriggerOutcome)
+        line = f'ordo_trigger_tasks_total{{kind="TaskSchedule",outcome="{outcome}"}} 0.0'
+        assert line in text

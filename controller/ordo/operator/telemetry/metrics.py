@@ -9,6 +9,7 @@ import re
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from ...api.triggers import TriggerOutcome
 from ...engine.events import (
     NOT_OFFERED_TOOL,
     Event,
@@ -19,6 +20,17 @@ from ...engine.events import (
     ToolFinished,
     ToolRuleEvaluated,
 )
+
+SCHEDULE_OUTCOMES: tuple[TriggerOutcome, ...] = (
+    "created",
+    "duplicate",
+    "skipped",
+    "replaced",
+    "missed",
+    "invalid",
+    "failed",
+)
+"""The outcomes a TaskSchedule counts in ordo_trigger_tasks_total (docs/triggers.md)."""
 
 
 class Metrics:
@@ -128,6 +140,8 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        for outcome in SCHEDULE_OUTCOMES:  # zero from the start: rates and alerts see them
+            self.trigger_tasks.labels("TaskSchedule", outcome)
         self.kube_requests = Counter(
             "ordo_kube_api_requests_total",
             "Requests ordo's own client made to the Kubernetes API (kopf's watches excluded).",

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...api.taskschedule import TaskScheduleSpec
+from ...api.triggers import TriggerOutcome
 from ...timestamps import parse
 from ..kube.client import ApiError, KubeClient
 from ..tasks.conditions import set_condition
@@ -45,7 +46,7 @@ class ScheduleReconciler:
         self._events = events
         self._clock = clock
 
-    def _count(self, outcome: str, n: int = 1) -> None:
+    def _count(self, outcome: TriggerOutcome, n: int = 1) -> None:
         if n > 0:
             self._metrics.trigger_tasks.labels(KIND, outcome).inc(n)
 
