@@ -91,7 +91,9 @@ def setup(cp: ControlPlane, ns: str) -> int:
         schedule("once", "quick", successfulTasksHistoryLimit=10),
         schedule("forbid", "held", concurrencyPolicy="Forbid"),
         schedule("paused", "quick", suspend=True),
-        schedule("pruned", "quick", successfulTasksHistoryLimit=1),
+        # Limits 1 and 0: its first Task may end Failed (Interrupted by the SIGKILL), and is
+        # then pruned too.
+        schedule("pruned", "quick", successfulTasksHistoryLimit=1, failedTasksHistoryLimit=0),
         schedule("replace", "held", concurrencyPolicy="Replace", failedTasksHistoryLimit=5),
         schedule("taken", "quick", successfulTasksHistoryLimit=10),
         # The CRD's pattern accepts it; only the cron library knows minute 61 does not exist.
@@ -172,16 +174,15 @@ def run(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
         )
 
         # The pruned schedule's newest Task succeeds, then its older ones go.
-        def pruned() -> bool:
-            tasks = owned(cp, ns, "pruned")
-            return len(tasks) == 1 and (tasks[0].get("status") or {}).get("phase") == "Succeeded"
+        def phases() -> list[tuple[str, str | None]]:
+            return [
+                (minute(t), (t.get("status") or {}).get("phase")) for t in owned(cp, ns, "pruned")
+            ]
 
-        wait_for(
-            pruned,
-            30,
-            interval=1,
-            what="history pruned to one Task",
-        )
+        try:
+            wait_for(lambda: phases() == [(rfc(last), "Succeeded")], 60, interval=1)
+        except AssertionError:
+            raise AssertionError(f"history not pruned to the last Task: {phases()}") from None
         yield Run(cp, ns, [rfc(m1 + 60 * i) for i in range(MINUTES)], taken, first, second)
     finally:
         first.stop()
