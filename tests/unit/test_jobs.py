@@ -177,6 +177,14 @@ def test_job_pod_is_restricted_and_uses_the_runner_service_account() -> None:
             },
         },
     ]
+    # Where the namespace has that Secret, the pod requires it: a kubelet that cannot read it
+    # yet retries the mount instead of starting a pod that seals with a key of its own (whose
+    # replacement would end the Task Interrupted).
+    keyed = build_job(
+        _task(), _agent(), "e1", SETTINGS, remaining_timeout=60, key_secret_exists=True
+    )
+    volumes = keyed["spec"]["template"]["spec"]["volumes"]
+    assert volumes[1]["secret"]["optional"] is False
     command = pod["containers"][0]["command"]
     assert "--checkpoint-key-file=/etc/ordo/checkpoint-key/keyring" in command
     assert build_parser().parse_args(command[1:]).checkpoint_key_file.endswith("/keyring")

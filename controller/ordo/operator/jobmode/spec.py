@@ -138,8 +138,12 @@ def build_job(
     settings: JobSettings,
     *,
     remaining_timeout: float,
+    key_secret_exists: bool = False,
 ) -> dict[str, Any]:
-    """The Job that runs `task` (as the API returns it) for the claim `execution_id`."""
+    """The Job that runs `task` (as the API returns it) for the claim `execution_id`.
+
+    `key_secret_exists`: the namespace has the runner's checkpoint key Secret, so the pod
+    mounts it as required (the kubelet retries until it can), never starting without it."""
     if not settings.image:
         raise ValueError("Job mode needs the runner image (ordo operator --job-image)")
     meta = task["metadata"]
@@ -238,11 +242,14 @@ def build_job(
                         {"name": "tmp", "emptyDir": {"sizeLimit": settings.tmp_size_limit}},
                         {
                             "name": "checkpoint-key",
-                            # Optional: without it the pod seals with a key of its own, and
-                            # a replacement pod cannot resume (podrunner.py).
+                            # Optional only where the Secret does not exist: the pod then
+                            # seals with a key of its own, and a replacement pod cannot
+                            # resume (podrunner.py). Where it exists it is required, so a
+                            # kubelet that cannot read it yet retries rather than starting the
+                            # pod keyless (a replacement pod that ends the Task Interrupted).
                             "secret": {
                                 "secretName": runner_key_secret(settings),
-                                "optional": True,
+                                "optional": not key_secret_exists,
                                 "defaultMode": 0o440,
                             },
                         },

@@ -160,6 +160,7 @@ class JobSupervisor:
             execution_id,
             self.settings,
             remaining_timeout=remaining_timeout(task, agent, time.time()),
+            key_secret_exists=await self._runner_key_exists(ns),
         )
         for _ in range(5):
             try:
@@ -319,6 +320,15 @@ class JobSupervisor:
         if not self.keep_checkpoints:
             with contextlib.suppress(ApiError):
                 await checkpoints.delete()
+
+    async def _runner_key_exists(self, namespace: str) -> bool:
+        """Whether the namespace has the runner's checkpoint key Secret (unreadable: as if not,
+        the pod's volume then stays optional, as before)."""
+        try:
+            secret = await self.client.get("Secret", namespace, runner_key_secret(self.settings))
+        except ApiError:
+            return False
+        return secret is not None
 
     async def _runner_keyring(self, namespace: str) -> sealing.Keyring:
         secret = await self.client.get("Secret", namespace, runner_key_secret(self.settings))
