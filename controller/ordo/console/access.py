@@ -4,9 +4,10 @@ credentials, so the API server's RBAC decides what the console shows and does.
 Which namespaces: the `--namespace` flags; else every namespace when the user may list Tasks
 across all of them; else the namespaces the user may list (those where a
 SelfSubjectAccessReview says Tasks may be listed); else the kubeconfig context's namespace.
-What the user may do (create ToolApprovals) is asked with SelfSubjectAccessReviews: the pages
-hide nothing the user may do and disable what they may not, but the API server decides
-every action."""
+The choice is made again when it is older than `REVIEW_TTL`, so a namespace the user gains
+access to appears without a restart. What the user may do in each shown namespace comes from
+a SelfSubjectRulesReview (console/rules.py; SelfSubjectAccessReviews where it is
+incomplete): the pages say it, but the API server decides every action."""
 
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ from typing import Any
 
 from ..api import GROUP
 from ..operator.kube.client import ApiError, KubeClient
+from .rules import ABILITIES, CREATE_APPROVALS, SSRR_PATH, Permissions, grants, review_body
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 MAX_NAMESPACES = 100
 """Namespaces probed one by one when the user may list namespaces but not Tasks everywhere."""
 TASKS = "tasks"
 REVIEW_TTL = 60.0
-"""Seconds an access review's answer is reused (RBAC changes show within a minute; the
-namespaces read are chosen once, at start)."""
+"""Seconds an access or rules review's answer, and the namespaces chosen, are reused (RBAC
+changes show within a minute)."""
 
 
 @dataclass
@@ -55,19 +57,21 @@ class Access:
     kube: KubeClient
     requested: list[str]
     default_namespace: str
-    _scope: Scope | None = None
+    ttl: float = REVIEW_TTL
+    _scope: tuple[Scope, float] | None = None
     _user: str | None = None
     _allowed: dict[tuple[str, str, str, str], tuple[bool, float]] = field(default_factory=dict)
+    _rules: dict[str, tuple[Permissions, float]] = field(default_factory=dict)
 
     async def allowed(
         self, verb: str, resource: str, namespace: str = "", group: str = GROUP
     ) -> bool:
-        """A SelfSubjectAccessReview (an answer is kept `REVIEW_TTL` seconds): may the user
+        """A SelfSubjectAccessReview (an answer is kept `ttl` seconds): may the user
         `verb` `resource` in `namespace` ("" for all namespaces, or a cluster-scoped
         resource)? False if the review fails."""
         key = (verb, group, resource, namespace)
         kept = self._allowed.get(key)
-        if kept is None or time.monotonic() - kept[1] > REVIEW_TTL:
+        if kept is None or time.monotonic() - kept[1] > self.ttl:
             attributes: dict[str, str] = {"verb": verb, "group": group, "resource": resource}
             if namespace:
                 attributes["namespace"] = namespace
@@ -86,7 +90,37 @@ class Access:
 
     async def may_decide(self, namespace: str) -> bool:
         """May the user create ToolApprovals in `namespace` (approve and reject)?"""
-        return await self.allowed("create", "toolapprovals", namespace)
+        return (await self.permissions(namespace)).granted[CREATE_APPROVALS.label]
+
+    async def permissions(self, namespace: str) -> Permissions:
+        """What the user may do in `namespace` (kept `ttl` seconds): the rules of a
+        SelfSubjectRulesReview; what they do not grant is asked with a
+        SelfSubjectAccessReview when the review is incomplete or fails."""
+        kept = self._rules.get(namespace)
+        if kept is not None and time.monotonic() - kept[1] <= self.ttl:
+            return kept[0]
+        try:
+            answer = await self.kube.review(SSRR_PATH, review_body(namespace))
+            status = answer.get("status") or {}
+            rules, complete = list(status.get("resourceRules") or []), not status.get("incomplete")
+            source = (
+                "the rules review"
+                if complete
+                else "the rules review (incomplete) and access reviews"
+            )
+        except ApiError:
+            rules, complete, source = [], False, "access reviews (the rules review failed)"
+        granted = {
+            ability.label: grants(rules, ability)
+            or (
+                not complete
+                and await self.allowed(ability.verb, ability.resource, namespace, ability.group)
+            )
+            for ability in ABILITIES
+        }
+        permissions = Permissions(namespace, granted, source)
+        self._rules[namespace] = (permissions, time.monotonic())
+        return permissions
 
     async def user(self) -> str:
         """The user's name as the API server knows it ("" if it does not say)."""
@@ -98,9 +132,10 @@ class Access:
         return self._user
 
     async def scope(self) -> Scope:
-        if self._scope is None:
-            self._scope = await self._choose()
-        return self._scope
+        """The namespaces read, chosen again when the choice is older than `ttl`."""
+        if self._scope is None or time.monotonic() - self._scope[1] > self.ttl:
+            self._scope = (await self._choose(), time.monotonic())
+        return self._scope[0]
 
     async def _choose(self) -> Scope:
         if self.requested:

@@ -26,6 +26,8 @@ MAX_FORM = 16384
 NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """A Kubernetes object or namespace name (DNS-1123 subdomain): nothing else reaches an API
 path."""
+MAX_SHOWN = 20
+"""Namespaces whose "what you may do" line the Tasks page shows (one rules review each)."""
 
 
 def _named(request: Request) -> tuple[str, str] | None:
@@ -103,9 +105,17 @@ class Console:
                 agent=filters.agent, phase=filters.phase, reason=filters.reason
             )
         listing = await self.access.in_scope("Task", filters.namespace or None)
+        scope = await self.access.scope()
+        shown = (
+            [filters.namespace] if filters.namespace else [] if scope.everywhere else scope.names
+        )
+        permissions = await asyncio.gather(
+            *(self.access.permissions(ns) for ns in shown[:MAX_SHOWN])
+        )
         query = request.url.query
         return {
             "filters": filters,
+            "permissions": permissions,
             "listing": present.task_list(listing.items, filters),
             "problems": listing.problems,
             "live_source": f"/live/tasks?{query}&rv={listing.version}"
