@@ -8,7 +8,8 @@ trace id to --tracing-url; the approvals inbox lists a waiting call; approving a
 waiting call from the page as a ServiceAccount that may not create ToolApprovals shows the API
 server's refusal, and as one that may, lets the run finish; no canary (a Secret's value, a
 prompt, a tool argument `ordo approvals` does not show) appears in the pages, the live stream or
-the console's output. It saves docs/console.md's screenshots (docs/images/console-*.png)."""
+the console's output; the Tasks page says what the rules review lets each ServiceAccount do in
+its namespace. It saves docs/console.md's screenshots (docs/images/console-*.png)."""
 
 from __future__ import annotations
 
@@ -339,6 +340,13 @@ def test_the_console_in_a_browser(
                 consoles.append(console)
                 assert f"{ns} (your kubeconfig context's namespace)" in console.output()
                 driver.get(console.url)
+                # What the rules review says they may do there (Events: neither may list).
+                may = driver.find_element(By.CSS_SELECTOR, f'li[data-namespace="{ns}"]').text
+                yes, no = may.split("you may not")
+                assert "list Tasks" in yes and "list Events" in no, may
+                assert ("approve and reject" in yes) == (who == "approver"), may
+                if who == "viewer":
+                    driver.save_screenshot(str(IMAGES / "console-may.png"))
                 driver.get(console.base + "/approvals")  # the inbox lists the waiting call
                 inbox = driver.find_element(By.CSS_SELECTOR, "table.inbox tbody").text
                 assert "gated" in inbox and "deploy" in inbox, inbox
