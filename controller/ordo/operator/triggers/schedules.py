@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from ...api.triggers import TRIGGER_KIND_LABEL, TRIGGER_NAME_LABEL
 from ..kube.client import ApiError, KubeClient
@@ -107,9 +107,11 @@ class ScheduleController:
                 if next_time is not None:
                     wake = max(0.0, (next_time - self._clock()).total_seconds())
             except ApiError as exc:
-                if exc.conflict or exc.not_found:  # changed since read: read it again
-                    await self._refresh(key, entry)
-                    wake = 0.0 if exc.conflict else None
+                read = await self._refresh(key, entry) if exc.conflict or exc.not_found else None
+                if read == "gone":
+                    return  # the TaskSchedule is gone (its DELETED event may come later)
+                if exc.conflict and read == "read":  # changed since read: decide again
+                    wake = 0.0
                 else:
                     log.warning(
                         "TaskSchedule pass failed; retrying",
@@ -127,7 +129,18 @@ class ScheduleController:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(entry.poked.wait(), timeout)
 
-    async def _refresh(self, key: Key, entry: _Schedule) -> None:
-        found = await self._client.get(KIND, *key)
-        if found is not None and self._schedules.get(key) is entry:
+    async def _refresh(self, key: Key, entry: _Schedule) -> Literal["read", "gone", "failed"]:
+        """Read the TaskSchedule again. `gone` (and forgotten) when it no longer exists, so
+        no pass acts on a deleted schedule's stale body; `failed` when the read failed (the
+        loop backs off: an exception here would end it)."""
+        try:
+            found = await self._client.get(KIND, *key)
+        except ApiError:
+            return "failed"
+        if found is None:
+            if self._schedules.get(key) is entry:
+                del self._schedules[key]
+            return "gone"
+        if self._schedules.get(key) is entry:
             entry.body = found
+        return "read"
