@@ -5,12 +5,18 @@ the object's resourceVersion, so two replicas never both count one decision.
 Exactly one Task per scheduled time comes from the Task's name, not from this pass: a pass
 killed after the create and before the status write is followed by one that finds the Task
 (a duplicate) and writes the status then.
+
+The Events and counts of a decision that is not a write (a missed, skipped or refused time, a
+duplicate) wait for the status write: a pass whose write fails (409: the object changed) is
+decided again from the start, and would otherwise post and count the same times twice.
+`Created` and `Replaced` report writes that happened, so they are posted at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,12 +29,26 @@ from ..kube.client import ApiError, KubeClient
 from ..tasks.conditions import set_condition
 from ..tasks.recorder import EventRecorder
 from ..telemetry.metrics import Metrics
-from .decide import Decision, ScheduleState, decide
+from .decide import MAX_MISSED, Decision, ScheduleState, decide
 from .scheduletask import KIND, create_task, owned_tasks, rfc3339, selector, task_body
 
 log = logging.getLogger("ordo.triggers")
 
 INVALID = "InvalidSchedule"
+
+
+@dataclass
+class _Report:
+    """Events and counts that stand once the status records the decision."""
+
+    events: list[tuple[str, str, bool]] = field(default_factory=list)
+    counts: list[tuple[TriggerOutcome, int]] = field(default_factory=list)
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((reason, message, warning))
+
+    def count(self, outcome: TriggerOutcome, n: int = 1) -> None:
+        self.counts.append((outcome, n))
 
 
 class ScheduleReconciler:
@@ -69,11 +89,16 @@ class ScheduleReconciler:
             observed_schedule=status.get("observedSchedule"),
         )
         d = decide(spec, state, owned_tasks(items, meta["uid"]), self._clock())
-        created = await self._act(body, d)
+        report = _Report()
+        created = await self._act(body, d, report)
         await self._write_status(body, d, created)
+        for reason, message, warning in report.events:
+            await self._events.post(body, reason, message, warning=warning)
+        for outcome, n in report.counts:
+            self._count(outcome, n)
         return d.next_wake
 
-    async def _act(self, body: dict[str, Any], d: Decision) -> str | None:
+    async def _act(self, body: dict[str, Any], d: Decision, report: _Report) -> str | None:
         """Carry the decision out; the name of the Task of the due time if it exists now."""
         ns = body["metadata"]["namespace"]
         for name in d.delete:
@@ -83,8 +108,10 @@ class ScheduleReconciler:
             warnings.append(
                 (
                     "TooManyMissedTimes",
-                    f"more than {d.missed} scheduled times were missed; only the most recent "
-                    "was considered (set startingDeadlineSeconds to bound how late a run may be)",
+                    f"at least {MAX_MISSED + 1} scheduled times were due at once and counting "
+                    f"stopped there: missedRuns grew by {d.missed} (the true number of missed "
+                    "times may be larger); only the most recent was considered (set "
+                    "startingDeadlineSeconds to bound how late a run may be)",
                 )
             )
         if d.late is not None:
@@ -97,18 +124,17 @@ class ScheduleReconciler:
                 )
             )
         for reason, message in warnings:
-            await self._events.post(body, reason, message, warning=True)
-        self._count("missed", d.missed)
+            report.event(reason, message, warning=True)
+        report.count("missed", d.missed)
         if d.skipped is not None:
-            await self._events.post(
-                body,
+            report.event(
                 "SkippedConcurrent",
                 f"the time {rfc3339(d.skipped)} was skipped: concurrencyPolicy Forbid and "
                 f"{', '.join(d.active)} has not ended",
             )
-            self._count("skipped")
+            report.count("skipped")
         if d.duplicate_of is not None:
-            self._count("duplicate")
+            report.count("duplicate")
             return str(task_body(body, d.duplicate_of)["metadata"]["name"])
         if d.create_for is None:
             return None
@@ -118,9 +144,9 @@ class ScheduleReconciler:
                 body, "Replaced", f"cancelled Task {name} (concurrencyPolicy Replace)"
             )
             self._count("replaced")
-        return await self._create(body, d.create_for)
+        return await self._create(body, d.create_for, report)
 
-    async def _create(self, body: dict[str, Any], at: datetime) -> str | None:
+    async def _create(self, body: dict[str, Any], at: datetime, report: _Report) -> str | None:
         task = task_body(body, at)
         name = str(task["metadata"]["name"])
         try:
@@ -129,29 +155,29 @@ class ScheduleReconciler:
             if exc.transient:
                 raise
             # Refused (admission, quota, a template the API server rejects): the time passes.
-            await self._events.post(
-                body,
+            report.event(
                 "FailedCreate",
                 f"could not create Task {name} for {rfc3339(at)}: "
                 f"{exc.api_reason or exc.status} (check the taskTemplate and the namespace's "
                 "admission policies and quotas)",
                 warning=True,
             )
-            self._count("failed")
+            report.count("failed")
             return None
         if result == "taken":
-            await self._events.post(
-                body,
+            report.event(
                 "TaskNameTaken",
                 f"a Task named {name} exists and is not this schedule's: the time "
                 f"{rfc3339(at)} is not run (delete or rename that Task)",
                 warning=True,
             )
-            self._count("failed")
+            report.count("failed")
             return None
-        if result == "created":
-            await self._events.post(body, "Created", f"created Task {name} for {rfc3339(at)}")
-        self._count(result)
+        if result == "duplicate":
+            report.count("duplicate")
+            return name
+        await self._events.post(body, "Created", f"created Task {name} for {rfc3339(at)}")
+        self._count("created")
         return name
 
     async def _write_status(self, body: dict[str, Any], d: Decision, task: str | None) -> None:
@@ -203,8 +229,6 @@ class ScheduleReconciler:
         ):
             return
         message = f"TaskSchedule {meta['namespace']}/{meta['name']}: {why}"
-        await self._events.post(body, INVALID, message, warning=True)
-        self._count("invalid")
         conditions = set_condition(
             old.get("conditions"), "Ready", "False", INVALID, message, meta.get("generation")
         )
@@ -218,6 +242,9 @@ class ScheduleReconciler:
             },
             status=True,
         )
+        # After the write: a 409 is decided again, and would post and count it twice.
+        await self._events.post(body, INVALID, message, warning=True)
+        self._count("invalid")
 
 
 def _first_error(exc: ValidationError) -> str:
