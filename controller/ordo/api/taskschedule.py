@@ -119,7 +119,9 @@ class TaskScheduleStatus(OrdoModel):
     """When the latest of this schedule's Tasks that succeeded completed (RFC 3339)."""
     missed_runs: Annotated[int, Field(ge=0)] | None = None
     """Scheduled times never run: older than `startingDeadlineSeconds`, or passed over
-    because a later time was due (only the latest due time runs)."""
+    because a later time was due (only the latest due time runs). At most 101 due times are
+    looked at per decision: after a longer downtime this grows by 100 (event
+    TooManyMissedTimes), which may be less than the true number."""
     last_decision_time: str | None = None
     """The latest scheduled time the operator decided on (created, skipped or missed):
     times up to it are never looked at again."""
