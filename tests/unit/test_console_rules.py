@@ -168,3 +168,21 @@ def test_an_unreadable_namespace_is_a_note_and_one_gained_appears_without_a_rest
         page = client.get("/").text
         assert "task-in-team" in page and 'data-namespace="home"' not in page
         assert "No Tasks are shown" not in line(page, "team")
+
+
+def test_the_namespaces_probed_reach_past_the_first_hundred_and_start_with_the_context() -> None:
+    # A cluster of 300 namespaces, sorted as the API lists them: alice may list Tasks in the
+    # 250th only, and in her context's namespace "zz-home" (listed last). Both are found.
+    names = [f"ns-{i:03d}" for i in range(300)] + ["zz-home"]
+    allowed = {
+        ("list", "namespaces", ""),
+        ("list", "tasks", "ns-249"),
+        ("list", "tasks", "zz-home"),
+    }
+    fake = FakeApi(names, allowed=allowed)
+    with console(fake, ttl=60) as (client, access, thread):
+        access.default_namespace = "zz-home"
+        scope = thread.call(access.scope())
+        assert scope.names == ["ns-249", "zz-home"]
+        assert scope.how == "the namespaces where you may list Tasks"
+        assert "task-in-ns-249" in client.get("/").text

@@ -21,8 +21,11 @@ from ..operator.kube.client import ApiError, KubeClient
 from .rules import ABILITIES, CREATE_APPROVALS, SSRR_PATH, Permissions, grants, review_body
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-MAX_NAMESPACES = 100
-"""Namespaces probed one by one when the user may list namespaces but not Tasks everywhere."""
+MAX_NAMESPACES = 2000
+"""Namespaces probed one by one when the user may list namespaces but not Tasks everywhere
+(the context's namespace first; beyond this the page says so: use --namespace)."""
+PROBES_AT_ONCE = 16
+"""Access reviews in flight at once while probing (each is an authorization check only)."""
 TASKS = "tasks"
 REVIEW_TTL = 60.0
 """Seconds an access or rules review's answer, and the namespaces chosen, are reused (RBAC
@@ -144,13 +147,25 @@ class Access:
             return Scope([], everywhere=True, how="you may list Tasks in all of them")
         if await self.allowed("list", "namespaces", group=""):
             try:
-                names = (await self.kube.namespaces())[:MAX_NAMESPACES]
+                every = await self.kube.namespaces()
             except ApiError:
-                names = []
-            checks = await asyncio.gather(*(self.allowed("list", TASKS, ns) for ns in names))
-            readable = [ns for ns, ok in zip(names, checks, strict=True) if ok]
+                every = []
+            # The context's namespace first: probed even in a cluster of more than the cap.
+            first = [self.default_namespace] if self.default_namespace in every else []
+            names = first + [ns for ns in every if ns not in first][: MAX_NAMESPACES - len(first)]
+            gate = asyncio.Semaphore(PROBES_AT_ONCE)
+
+            async def may_list(ns: str) -> bool:
+                async with gate:
+                    return await self.allowed("list", TASKS, ns)
+
+            checks = await asyncio.gather(*(may_list(ns) for ns in names))
+            readable = sorted(ns for ns, ok in zip(names, checks, strict=True) if ok)
+            how = "the namespaces where you may list Tasks"
+            if len(every) > len(names):
+                how += f" (of the first {len(names)} of {len(every)} namespaces: use --namespace)"
             if readable:
-                return Scope(readable, how="the namespaces where you may list Tasks")
+                return Scope(readable, how=how)
         return Scope([self.default_namespace], how="your kubeconfig context's namespace")
 
     async def watched(self, namespace: str | None = None) -> list[str | None]:
