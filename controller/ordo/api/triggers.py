@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from .base import OrdoModel
-from .task import TaskSpec
+from .base import API_VERSION, OrdoModel
+from .task import REQUESTER_ANNOTATION, TaskSpec
 
 TriggerKind = Literal["TaskSchedule", "TaskWebhook"]
 
@@ -91,6 +91,53 @@ def template_metadata(template: dict[str, Any]) -> tuple[dict[str, str], dict[st
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if not _reserved(k)}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not _reserved(k)}
     return labels, annotations
+
+
+def controller_uid(obj: dict[str, Any], kind: TriggerKind) -> str | None:
+    """The uid of `obj`'s controller owner when that is a `kind` (a trigger's Task, or not)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == kind:
+            uid = ref.get("uid")
+            return uid if isinstance(uid, str) else None
+    return None
+
+
+def trigger_task(
+    trigger: dict[str, Any],
+    kind: TriggerKind,
+    name: str,
+    annotation: tuple[str, str],
+    spec: dict[str, Any],
+) -> dict[str, Any]:
+    """The Task a trigger creates, named `name`: the template's metadata outside ordo's domain,
+    the trigger labels, `annotation` (its occasion: scheduled-at, delivery), the trigger's own
+    requester (never the template's), a controller ownerReference to the trigger, and `spec`."""
+    meta = trigger["metadata"]
+    labels, annotations = template_metadata(trigger["spec"]["taskTemplate"])
+    labels |= {TRIGGER_KIND_LABEL: kind, TRIGGER_NAME_LABEL: meta["name"]}
+    annotations[annotation[0]] = annotation[1]
+    requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
+    if requester:
+        annotations[REQUESTER_ANNOTATION] = requester
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Task",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }
 
 
 class TaskTemplateMetadata(OrdoModel):

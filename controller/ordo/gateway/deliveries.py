@@ -13,39 +13,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.task import REQUESTER_ANNOTATION
 from ..api.triggers import (
     DELIVERY_ANNOTATION,
-    TRIGGER_KIND_LABEL,
-    TRIGGER_NAME_LABEL,
+    TriggerKind,
+    controller_uid,
     delivery_digest,
     delivery_task_name,
-    template_metadata,
+    trigger_task,
 )
 
-KIND = "TaskWebhook"
+KIND: TriggerKind = "TaskWebhook"
 MAX_KEY = 200
 """A dedupe header value longer than this is refused (400): it is hashed, never stored."""
 
 
-def owner_reference(webhook: dict[str, Any]) -> dict[str, Any]:
-    meta = webhook["metadata"]
-    return {
-        "apiVersion": webhook.get("apiVersion", "ordo.dev/v1alpha1"),
-        "kind": KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-    }
-
-
 def owned_by(task: dict[str, Any], webhook: dict[str, Any]) -> bool:
     """Whether `task`'s controller reference is this webhook object (its uid)."""
-    uid = webhook["metadata"]["uid"]
-    return any(
-        ref.get("controller") and ref.get("kind") == KIND and ref.get("uid") == uid
-        for ref in (task.get("metadata") or {}).get("ownerReferences") or []
-    )
+    uid: str = webhook["metadata"]["uid"]
+    return controller_uid(task, KIND) == uid
 
 
 def header_key(value: str) -> str:
@@ -60,23 +45,12 @@ def task_name(webhook: dict[str, Any], key: str) -> str:
 
 def task_body(webhook: dict[str, Any], key: str, task_input: Any) -> dict[str, Any]:
     """The Task for the delivery whose key is `key` (the dedupe header's value, else the
-    signature) and whose payload is `task_input`."""
+    signature) and whose payload is `task_input` (api/triggers.trigger_task)."""
     meta = webhook["metadata"]
-    template = webhook["spec"]["taskTemplate"]
-    labels, annotations = template_metadata(template)
-    labels |= {TRIGGER_KIND_LABEL: KIND, TRIGGER_NAME_LABEL: meta["name"]}
-    annotations[DELIVERY_ANNOTATION] = delivery_digest(meta["uid"], key)
-    requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
-    if requester:
-        annotations[REQUESTER_ANNOTATION] = requester
-    return {
-        "apiVersion": "ordo.dev/v1alpha1",
-        "kind": "Task",
-        "metadata": {
-            "name": task_name(webhook, key),
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(webhook)],
-        },
-        "spec": {**template["spec"], "input": task_input},
-    }
+    return trigger_task(
+        webhook,
+        KIND,
+        task_name(webhook, key),
+        (DELIVERY_ANNOTATION, delivery_digest(meta["uid"], key)),
+        {**webhook["spec"]["taskTemplate"]["spec"], "input": task_input},
+    )

@@ -7,20 +7,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from ...api import API_VERSION
-from ...api.task import REQUESTER_ANNOTATION
 from ...api.triggers import (
     SCHEDULED_AT_ANNOTATION,
     TRIGGER_KIND_LABEL,
     TRIGGER_NAME_LABEL,
+    TriggerKind,
+    controller_uid,
     scheduled_task_name,
-    template_metadata,
+    trigger_task,
 )
 from ...timestamps import parse
 from ..kube.client import ApiError, KubeClient
 from .decide import OwnedTask
 
-KIND = "TaskSchedule"
+KIND: TriggerKind = "TaskSchedule"
 
 CreateResult = Literal["created", "duplicate", "taken"]
 
@@ -34,47 +34,15 @@ def rfc3339(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def controller_uid(task: dict[str, Any]) -> str | None:
-    """The uid of the Task's controller owner, if that is a TaskSchedule."""
-    for ref in (task.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == KIND:
-            uid = ref.get("uid")
-            return uid if isinstance(uid, str) else None
-    return None
-
-
 def task_body(schedule: dict[str, Any], scheduled_at: datetime) -> dict[str, Any]:
-    """The Task for `scheduled_at`: the template's spec and metadata; the trigger labels, the
-    scheduled-at annotation and the schedule's own requester; a template's keys in ordo's
-    domain are dropped (api/triggers.template_metadata)."""
-    meta = schedule["metadata"]
-    template = schedule["spec"]["taskTemplate"]
-    labels, annotations = template_metadata(template)
-    annotations[SCHEDULED_AT_ANNOTATION] = rfc3339(scheduled_at)
-    requester = (meta.get("annotations") or {}).get(REQUESTER_ANNOTATION)
-    if requester:
-        annotations[REQUESTER_ANNOTATION] = requester
-    labels |= {TRIGGER_KIND_LABEL: KIND, TRIGGER_NAME_LABEL: meta["name"]}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Task",
-        "metadata": {
-            "name": scheduled_task_name(meta["name"], scheduled_at),
-            "namespace": meta["namespace"],
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": template["spec"],
-    }
+    """The Task for `scheduled_at` (api/triggers.trigger_task), with the template's spec."""
+    return trigger_task(
+        schedule,
+        KIND,
+        scheduled_task_name(schedule["metadata"]["name"], scheduled_at),
+        (SCHEDULED_AT_ANNOTATION, rfc3339(scheduled_at)),
+        schedule["spec"]["taskTemplate"]["spec"],
+    )
 
 
 async def create_task(client: KubeClient, body: dict[str, Any], owner_uid: str) -> CreateResult:
@@ -92,7 +60,7 @@ async def create_task(client: KubeClient, body: dict[str, Any], owner_uid: str) 
         found = await client.get("Task", meta["namespace"], meta["name"])
         if found is None:
             raise
-    return "duplicate" if controller_uid(found) == owner_uid else "taken"
+    return "duplicate" if controller_uid(found, KIND) == owner_uid else "taken"
 
 
 def owned_tasks(items: list[dict[str, Any]], owner_uid: str) -> list[OwnedTask]:
@@ -100,7 +68,7 @@ def owned_tasks(items: list[dict[str, Any]], owner_uid: str) -> list[OwnedTask]:
     labels that someone else created is not the schedule's)."""
     owned = []
     for item in items:
-        if controller_uid(item) != owner_uid:
+        if controller_uid(item, KIND) != owner_uid:
             continue
         meta = item.get("metadata") or {}
         status = item.get("status") or {}
