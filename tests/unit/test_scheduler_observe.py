@@ -202,6 +202,21 @@ async def test_a_reservation_whose_events_stop_is_taken_over() -> None:
     await s.shutdown()
 
 
+async def test_a_reservation_is_taken_over_even_when_the_sweep_observes_it_more_often() -> None:
+    # The reserving process died. The resync sweep observes the unchanged Task every 0.05 s,
+    # more often than the lease period (0.2 s): an unchanged object is not an event, so it
+    # must not push the look back each time (the Task would never start).
+    api = Api()
+    s = scheduler_for(api)
+    s.settings.lease_seconds = 0.2
+    reserved = task({"phase": "Pending"}, [FINALIZER])
+    for _ in range(12):
+        s.observe(reserved, None)
+        await asyncio.sleep(0.05)
+    assert api.requests  # a job looked at it within the 0.6 s
+    await s.shutdown()
+
+
 async def test_a_task_running_in_a_job_is_supervised_even_under_its_pods_lease() -> None:
     """After an operator restart the Job of a running Job-mode Task needs a supervisor at
     once (pod failures, cancel, deadline), though its pod holds a live lease."""

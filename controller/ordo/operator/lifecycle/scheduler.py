@@ -154,9 +154,10 @@ class TaskScheduler:
         self.graces = Graces(self.settings.lease_seconds)
         """The waits `decide` uses (its lease period follows the settings')."""
         self._jobs: dict[str, Job] = {}
-        self._later: dict[str, asyncio.TimerHandle] = {}
-        """Per Task uid: a look at a Task that needs none now (`LookLater`). Every watch
-        event of the Task replaces it."""
+        self._later: dict[str, tuple[asyncio.TimerHandle, str]] = {}
+        """Per Task uid: a look at a Task that needs none now (`LookLater`), and the
+        resourceVersion it was decided on. Every event of the Task that changed it replaces
+        the look."""
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._housekeeping: set[asyncio.Task[None]] = set()
         self._namespaces: set[str] = set()
@@ -178,9 +179,15 @@ class TaskScheduler:
         self._namespaces.add(view.namespace)
         if self.children.waiting:  # a child's event wakes its waiting parent
             self.children.child_changed(body)
-        later = self._later.pop(view.uid, None)
+        later = self._later.get(view.uid)
         if later is not None:
-            later.cancel()
+            if event_type is None and later[1] and later[1] == _version(view.body):
+                # The sweep observing the object the look was decided on, unchanged: not an
+                # event, so the look keeps its time (a reservation whose process died is
+                # taken over after a lease period, however often it is observed).
+                return
+            del self._later[view.uid]
+            later[0].cancel()
         self._apply(decide(view, self.local(view.uid)))
 
     def local(self, uid: str) -> Local:
@@ -251,12 +258,13 @@ class TaskScheduler:
             case _:
                 assert_never(action)
 
-    def _look_later(self, uid: str, delay: float, then: Action) -> None:
+    def _look_later(self, uid: str, delay: float, then: StartJob | Release | Reobserve) -> None:
         def fire() -> None:
             self._later.pop(uid, None)
             self._apply(then)
 
-        self._later[uid] = asyncio.get_running_loop().call_later(delay, fire)
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self._later[uid] = (handle, _version(then.view.body))
 
     def _start(self, view: TaskView) -> None:
         """Start the job of a Task that has none in this process."""
@@ -329,7 +337,7 @@ class TaskScheduler:
 
     async def shutdown(self) -> None:
         """Stop every run; `Running` Tasks keep their checkpoints and resume on restart."""
-        for later in self._later.values():
+        for later, _ in self._later.values():
             later.cancel()
         self._later.clear()
         tasks = [j.task for j in self._jobs.values() if j.task is not None] + list(
@@ -349,3 +357,8 @@ class TaskScheduler:
         t: asyncio.Task[None] = asyncio.create_task(coro)
         self._housekeeping.add(t)
         t.add_done_callback(self._housekeeping.discard)
+
+
+def _version(body: dict[str, Any]) -> str:
+    """The object's resourceVersion ("" if it has none)."""
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
